@@ -1,0 +1,55 @@
+//! Freezes the JSON shape of protocol v1. A failure here means the wire changed: bump
+//! `PROTOCOL_VERSION` and add the new shapes beside these, do not edit them.
+
+use pandastack_guest_protocol::*;
+use std::collections::BTreeMap;
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap()
+}
+
+#[test]
+fn v1_host_messages_are_frozen() {
+    assert_eq!(PROTOCOL_VERSION, 1);
+    assert_eq!(json(&HostMsg::Hello { id: 1, version: 1 }), r#"{"type":"hello","id":1,"version":1}"#);
+    let exec = HostMsg::Exec {
+        id: 2,
+        cmd: "echo hi".into(),
+        env: BTreeMap::from([("A".to_string(), "b".to_string())]),
+        cwd: None,
+        timeout_ms: Some(5),
+    };
+    assert_eq!(
+        json(&exec),
+        r#"{"type":"exec","id":2,"cmd":"echo hi","env":{"A":"b"},"cwd":null,"timeout_ms":5}"#
+    );
+    assert_eq!(
+        json(&HostMsg::KernelRun { id: 3, kernel_id: "k".into(), code: "1".into(), timeout_ms: None }),
+        r#"{"type":"kernel_run","id":3,"kernel_id":"k","code":"1","timeout_ms":null}"#
+    );
+    assert_eq!(json(&HostMsg::FileWrite { id: 4, path: "/a".into() }), r#"{"type":"file_write","id":4,"path":"/a"}"#);
+}
+
+#[test]
+fn v1_guest_messages_are_frozen() {
+    assert_eq!(
+        json(&GuestMsg::Exited { id: 2, exit_code: 7, timed_out: false, duration_ms: 3 }),
+        r#"{"type":"exited","id":2,"exit_code":7,"timed_out":false,"duration_ms":3}"#
+    );
+    assert_eq!(
+        json(&GuestMsg::Output { id: 2, stream: OutputStream::Stderr }),
+        r#"{"type":"output","id":2,"stream":"stderr"}"#
+    );
+    assert_eq!(
+        json(&GuestMsg::Error { id: 9, code: ErrorCode::NotFound, message: "x".into() }),
+        r#"{"type":"error","id":9,"code":"not_found","message":"x"}"#
+    );
+    let ex = Execution { exit_code: 0, ..Default::default() };
+    assert_eq!(
+        json(&ex),
+        r#"{"results":[],"stdout":"","stderr":"","error":null,"exit_code":0,"duration_ms":0,"timed_out":false}"#
+    );
+    // Defaults let a v1 host omit optional fields.
+    let m: HostMsg = serde_json::from_str(r#"{"type":"exec","id":1,"cmd":"true"}"#).unwrap();
+    assert_eq!(m.id(), 1);
+}
