@@ -1,1 +1,141 @@
-//! placeholder
+//! The sandbox engine trait: what an isolation engine must provide to run PandaStack sandboxes.
+//!
+//! The server owns everything above the engine (state machine, store, API); an engine only turns
+//! a [`SandboxSpec`] into a running *instance* and back. An instance is one incarnation of a
+//! sandbox: a cold boot, a restore from a snapshot, a wake from hibernation or a fork child each
+//! make a new instance (with a new [`InstanceId`]); the sandbox id the user sees stays stable
+//! across hibernate/wake.
+//!
+//! Every instance exposes the guest daemon's channel as a host unix socket
+//! ([`Instance::guest_socket`]) speaking `pandastack-guest-protocol`. gVisor implements this trait
+//! in `pandastack-gvisor`; a Firecracker engine for KVM hosts would implement it with a vsock
+//! bridge instead, without touching the API layer.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Engine-level id of one instance: `ps-` followed by 32 lowercase hex digits (fixed length, so
+/// runsc's prefix matching of container ids can never pick the wrong one; notes, pitfall 3).
+pub type InstanceId = String;
+
+/// Everything an engine needs to start an instance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// The instance id to use (see [`instance_id_from`]).
+    pub instance_id: InstanceId,
+    /// Host directory owned by this instance: bundle, overlay, sockets, logs. Created by the
+    /// engine, removed by [`Engine::destroy`].
+    pub dir: PathBuf,
+    /// Template root filesystem, shared read-only between sandboxes.
+    pub rootfs: PathBuf,
+    /// Host directory with the guest daemon and its kernel driver, mounted read-only at
+    /// `/.pandastack` in the sandbox.
+    pub guest_dir: PathBuf,
+    /// CPU quota in whole CPUs.
+    pub cpu: u32,
+    /// Memory limit in MiB.
+    pub memory_mb: u32,
+    /// Hostname inside the sandbox.
+    pub hostname: String,
+}
+
+/// A started instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    pub instance_id: InstanceId,
+    /// Host unix socket that reaches the guest daemon.
+    pub guest_socket: PathBuf,
+}
+
+/// What the engine knows of an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceStatus {
+    Running,
+    Paused,
+    /// Exists but its processes are gone.
+    Stopped,
+    /// The engine has no such instance.
+    Missing,
+}
+
+/// Resource use of an instance, from its cgroups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceStats {
+    /// Resident memory in bytes (cgroup RSS + page cache charged to it).
+    pub memory_bytes: u64,
+    /// CPU time consumed since start, ns.
+    pub cpu_ns: u64,
+}
+
+/// Errors of an engine operation. Messages are safe to show API clients: they name the
+/// operation and instance, never host paths.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("instance {0} not found")]
+    NotFound(InstanceId),
+    #[error("{op} of instance {id} failed: {detail}")]
+    Failed { op: &'static str, id: InstanceId, detail: String },
+    #[error("engine i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// An isolation engine. All methods are safe to call concurrently for different instances.
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// Short engine name for logs and metrics, e.g. `"gvisor"`.
+    fn name(&self) -> &'static str;
+
+    /// Boots a fresh instance from the template rootfs. Returns once the guest socket exists
+    /// (the guest may still be starting; the caller handshakes). On error nothing is left.
+    async fn boot(&self, spec: &SandboxSpec) -> Result<Instance, EngineError>;
+
+    /// Starts a new instance from a checkpoint image written by [`Engine::checkpoint`]. The
+    /// spec's rootfs and guest_dir must be those the image was taken with.
+    async fn restore(&self, spec: &SandboxSpec, image: &Path) -> Result<Instance, EngineError>;
+
+    /// Writes memory, processes and the root overlay of a running instance to `image` (a
+    /// directory). With `leave_running` the instance continues; otherwise it stops.
+    async fn checkpoint(&self, id: &str, image: &Path, leave_running: bool) -> Result<(), EngineError>;
+
+    /// Stops every process of the instance from being scheduled; memory is kept.
+    async fn pause(&self, id: &str) -> Result<(), EngineError>;
+
+    /// Undoes [`Engine::pause`].
+    async fn resume(&self, id: &str) -> Result<(), EngineError>;
+
+    /// Kills the instance and removes everything it held on the host (processes, cgroups,
+    /// its directory). Idempotent: destroying a missing instance succeeds.
+    async fn destroy(&self, id: &str, dir: &Path) -> Result<(), EngineError>;
+
+    /// The instance's current status.
+    async fn status(&self, id: &str) -> Result<InstanceStatus, EngineError>;
+
+    /// Current resource use.
+    async fn stats(&self, id: &str) -> Result<InstanceStats, EngineError>;
+
+    /// Instance ids the engine knows of (running or not), for adoption after a restart and
+    /// for destroying orphans.
+    async fn list(&self) -> Result<Vec<InstanceId>, EngineError>;
+}
+
+/// Makes a new random [`InstanceId`] from 16 random bytes given by the caller.
+pub fn instance_id_from(bytes: [u8; 16]) -> InstanceId {
+    let mut s = String::with_capacity(35);
+    s.push_str("ps-");
+    for b in bytes {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn instance_ids_have_fixed_length() {
+        let id = super::instance_id_from([0xab; 16]);
+        assert_eq!(id.len(), 35);
+        assert!(id.starts_with("ps-abab"));
+    }
+}

@@ -1,0 +1,84 @@
+//! The OCI runtime spec (`config.json`) of one instance.
+
+use pandastack_engine::SandboxSpec;
+use serde_json::{json, Value};
+
+/// Soft and hard `RLIMIT_NPROC` inside the sandbox: a fork bomb hits this first and fails
+/// cleanly with EAGAIN (notes pitfall 9).
+pub const NPROC_LIMIT: u64 = 256;
+/// Host pids-cgroup limit. ptrace costs several host tasks per guest process, so this is far
+/// above [`NPROC_LIMIT`]; it only backstops a runaway sentry.
+pub const HOST_PIDS_LIMIT: i64 = 8192;
+/// Where the guest directory is mounted inside the sandbox.
+pub const GUEST_MOUNT: &str = "/.pandastack";
+/// The guest daemon's path inside the sandbox.
+pub const GUEST_BINARY: &str = "/.pandastack/pandastack-guest";
+
+/// Renders the OCI config for `spec`. The cgroup path is relative (`pandastack/<id>`), which
+/// runsc honours on these cgroup-v1 hosts (notes pitfall 12).
+pub fn render(spec: &SandboxSpec) -> Value {
+    let memory_bytes = u64::from(spec.memory_mb) * 1024 * 1024;
+    json!({
+        "ociVersion": "1.0.0",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": [GUEST_BINARY],
+            "env": [
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME=/root",
+                "LANG=C.UTF-8"
+            ],
+            "cwd": "/",
+            "rlimits": [
+                {"type": "RLIMIT_NPROC", "hard": NPROC_LIMIT, "soft": NPROC_LIMIT},
+                {"type": "RLIMIT_NOFILE", "hard": 65536, "soft": 65536}
+            ]
+        },
+        "root": {"path": spec.rootfs, "readonly": false},
+        "hostname": spec.hostname,
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro", "nosuid", "noexec", "nodev"]},
+            {"destination": GUEST_MOUNT, "type": "bind", "source": spec.guest_dir, "options": ["rbind", "ro"]}
+        ],
+        "linux": {
+            "cgroupsPath": format!("pandastack/{}", spec.instance_id),
+            "resources": {
+                "memory": {"limit": memory_bytes},
+                "cpu": {"quota": i64::from(spec.cpu.max(1)) * 100_000, "period": 100_000},
+                "pids": {"limit": HOST_PIDS_LIMIT}
+            },
+            "namespaces": [
+                {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}
+            ]
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn limits_and_guest_mount_are_rendered() {
+        let spec = SandboxSpec {
+            instance_id: "ps-00".into(),
+            dir: PathBuf::from("/d"),
+            rootfs: PathBuf::from("/r"),
+            guest_dir: PathBuf::from("/g"),
+            cpu: 2,
+            memory_mb: 512,
+            hostname: "sandbox".into(),
+        };
+        let v = render(&spec);
+        assert_eq!(v["linux"]["resources"]["memory"]["limit"], 512 * 1024 * 1024);
+        assert_eq!(v["linux"]["resources"]["cpu"]["quota"], 200_000);
+        assert_eq!(v["linux"]["cgroupsPath"], "pandastack/ps-00");
+        assert_eq!(v["mounts"][3]["source"], "/g");
+        assert_eq!(v["mounts"][3]["options"][1], "ro");
+        assert_eq!(v["process"]["rlimits"][0]["hard"], NPROC_LIMIT);
+    }
+}

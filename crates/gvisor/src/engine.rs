@@ -1,0 +1,226 @@
+//! [`GvisorEngine`]: the [`Engine`] implementation over runsc and the shim.
+
+use crate::{cgroup, config, runsc::Runsc};
+use async_trait::async_trait;
+use pandastack_engine::{Engine, EngineError, Instance, InstanceStats, InstanceStatus, SandboxSpec};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tracing::{debug, warn};
+
+/// How long a boot or restore may take until the guest socket appears.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Settings of the gVisor engine.
+#[derive(Debug, Clone)]
+pub struct GvisorConfig {
+    /// The runsc binary (`runsc` from bookworm-backports).
+    pub runsc: PathBuf,
+    /// runsc's state root, e.g. `<data_dir>/runsc`.
+    pub state_root: PathBuf,
+    /// `ptrace` (default) or `systrap`. Restores must use the platform of the checkpoint.
+    pub platform: String,
+    /// The program and leading arguments that start a shim, e.g. `[<pandastack>, "shim"]`.
+    pub shim_command: Vec<String>,
+}
+
+/// The gVisor engine. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct GvisorEngine {
+    runsc: Runsc,
+    shim_command: Vec<String>,
+}
+
+impl GvisorEngine {
+    /// Creates the engine and its state root.
+    ///
+    /// # Errors
+    /// I/O errors creating the state root.
+    pub fn new(cfg: GvisorConfig) -> Result<Self, EngineError> {
+        std::fs::create_dir_all(&cfg.state_root)?;
+        Ok(GvisorEngine {
+            runsc: Runsc { binary: cfg.runsc, root: cfg.state_root, platform: cfg.platform },
+            shim_command: cfg.shim_command,
+        })
+    }
+
+    fn socket(dir: &Path) -> PathBuf {
+        dir.join("guest.sock")
+    }
+
+    fn prepare(&self, spec: &SandboxSpec) -> Result<(), EngineError> {
+        std::fs::create_dir_all(spec.dir.join("bundle"))?;
+        std::fs::create_dir_all(spec.dir.join("overlay"))?;
+        let cfg = config::render(spec);
+        std::fs::write(spec.dir.join("bundle/config.json"), cfg.to_string())?;
+        Ok(())
+    }
+
+    /// Starts the shim around `runsc <global> <sub_args>` in its own session and waits for the
+    /// guest socket.
+    async fn start(&self, op: &'static str, spec: &SandboxSpec, sub_args: Vec<String>) -> Result<Instance, EngineError> {
+        let dir = &spec.dir;
+        let socket = Self::socket(dir);
+        let exit_file = dir.join("exit");
+        let _ = std::fs::remove_file(&exit_file);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("shim.log"))?;
+        let mut runsc_cmd = vec![self.runsc.binary.display().to_string()];
+        runsc_cmd.extend(self.runsc.global_args(Some(&dir.join("overlay"))));
+        runsc_cmd.extend(sub_args);
+
+        let (program, lead) = self
+            .shim_command
+            .split_first()
+            .ok_or_else(|| EngineError::Failed { op, id: spec.instance_id.clone(), detail: "no shim command".into() })?;
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(lead)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--exit-file")
+            .arg(&exit_file)
+            .arg("--")
+            .args(&runsc_cmd)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // SAFETY: setsid() is async-signal-safe and touches no memory of the parent; it puts the
+        // shim in its own session so a signal to the server's process group (Ctrl-C, kill -9 of a
+        // process group) does not reach sandboxes.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        // Reap the shim whenever it exits so it never lingers as a zombie of the server.
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+
+        let started = Instant::now();
+        loop {
+            if socket.exists() {
+                debug!(instance_id = %spec.instance_id, ms = started.elapsed().as_millis() as u64, "{op}: guest socket up");
+                return Ok(Instance { instance_id: spec.instance_id.clone(), guest_socket: socket });
+            }
+            if exit_file.exists() || started.elapsed() > START_TIMEOUT {
+                let detail = last_log_line(&dir.join("shim.log"));
+                let _ = self.destroy(&spec.instance_id, dir).await;
+                return Err(EngineError::Failed { op, id: spec.instance_id.clone(), detail });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// The last non-empty line of runsc's log that says something, for error messages. Host
+/// paths are cut to their file name so that they do not reach API clients.
+fn last_log_line(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with("shim: runsc exited"))
+        .unwrap_or("runsc exited early")
+        .to_string();
+    line.split_whitespace()
+        .map(|w| if w.starts_with('/') { w.rsplit('/').next().unwrap_or(w) } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[async_trait]
+impl Engine for GvisorEngine {
+    fn name(&self) -> &'static str {
+        "gvisor"
+    }
+
+    async fn boot(&self, spec: &SandboxSpec) -> Result<Instance, EngineError> {
+        self.prepare(spec)?;
+        let bundle = spec.dir.join("bundle").display().to_string();
+        self.start("boot", spec, vec!["run".into(), format!("--bundle={bundle}"), spec.instance_id.clone()])
+            .await
+    }
+
+    async fn restore(&self, spec: &SandboxSpec, image: &Path) -> Result<Instance, EngineError> {
+        self.prepare(spec)?;
+        let bundle = spec.dir.join("bundle").display().to_string();
+        let args = vec![
+            "restore".into(),
+            format!("--image-path={}", image.display()),
+            format!("--bundle={bundle}"),
+            spec.instance_id.clone(),
+        ];
+        self.start("restore", spec, args).await
+    }
+
+    async fn checkpoint(&self, id: &str, image: &Path, leave_running: bool) -> Result<(), EngineError> {
+        std::fs::create_dir_all(image)?;
+        let image_arg = format!("--image-path={}", image.display());
+        let mut args = vec!["checkpoint", image_arg.as_str(), "--compression=none"];
+        if leave_running {
+            args.push("--leave-running");
+        }
+        args.push(id);
+        self.runsc.call("checkpoint", id, &args).await.map(|_| ())
+    }
+
+    async fn pause(&self, id: &str) -> Result<(), EngineError> {
+        self.runsc.call("pause", id, &["pause", id]).await.map(|_| ())
+    }
+
+    async fn resume(&self, id: &str) -> Result<(), EngineError> {
+        self.runsc.call("resume", id, &["resume", id]).await.map(|_| ())
+    }
+
+    async fn destroy(&self, id: &str, dir: &Path) -> Result<(), EngineError> {
+        if let Err(e) = self.runsc.call("delete", id, &["delete", "--force", id]).await {
+            debug!(instance_id = id, error = %e, "runsc delete");
+        }
+        // The shim exits once runsc does; give it a moment so the directory is quiet.
+        let exit_file = dir.join("exit");
+        for _ in 0..100 {
+            if exit_file.exists() || !dir.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cgroup::remove(id);
+        if dir.exists() {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                warn!(instance_id = id, error = %e, "removing instance directory");
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    async fn status(&self, id: &str) -> Result<InstanceStatus, EngineError> {
+        match self.runsc.call("state", id, &["state", id]).await {
+            Ok(out) => {
+                let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+                Ok(match v["status"].as_str() {
+                    Some("running") => InstanceStatus::Running,
+                    Some("paused") => InstanceStatus::Paused,
+                    _ => InstanceStatus::Stopped,
+                })
+            }
+            Err(EngineError::Failed { detail, .. }) if detail.contains("does not exist") || detail.contains("not found") => {
+                Ok(InstanceStatus::Missing)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn stats(&self, id: &str) -> Result<InstanceStats, EngineError> {
+        Ok(cgroup::stats(id))
+    }
+
+    async fn list(&self) -> Result<Vec<String>, EngineError> {
+        let out = self.runsc.call("list", "-", &["list", "--quiet"]).await?;
+        Ok(out.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+    }
+}

@@ -1,0 +1,110 @@
+//! The per-instance shim: `pandastack shim --socket S --exit-file E -- runsc ... run ...`.
+//!
+//! It creates a socket pair, starts runsc with one end as the container's stdin and stdout (the
+//! guest daemon's channel), and serves the other end on the unix socket `S`. One host client is
+//! served at a time; a new connection replaces the old one (that is how a restarted server takes
+//! over). The shim forwards whole frames only (it reads the 8-byte prefix), so a client that
+//! dies mid-frame never leaves a torn frame in the guest's stream. Frames the guest sends while
+//! no client is connected are dropped: they answer requests of a client that is gone.
+//!
+//! The shim exits when runsc exits, after writing runsc's exit code to `E` and removing `S`.
+
+use pandastack_guest_protocol::{read_frame, write_frame, FrameError};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// Command-line arguments of the shim.
+#[derive(Debug, Clone)]
+pub struct ShimArgs {
+    /// Host unix socket to serve the guest channel on.
+    pub socket: PathBuf,
+    /// File that receives runsc's exit code when it exits.
+    pub exit_file: PathBuf,
+    /// The runsc command line (program first).
+    pub command: Vec<String>,
+}
+
+type Client = Arc<Mutex<Option<UnixStream>>>;
+
+/// Runs the shim until runsc exits. Returns the process exit code to use (runsc's).
+///
+/// # Errors
+/// I/O errors setting up the socket pair, the listener or spawning runsc.
+pub fn run(args: &ShimArgs) -> io::Result<i32> {
+    let program = args
+        .command
+        .first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "shim needs a command"))?;
+    let (host_end, guest_end) = UnixStream::pair()?;
+    let guest_out = guest_end.try_clone()?;
+    let mut child = Command::new(program)
+        .args(&args.command[1..])
+        .stdin(Stdio::from(OwnedFd::from(guest_end)))
+        .stdout(Stdio::from(OwnedFd::from(guest_out)))
+        .stderr(Stdio::inherit())
+        .spawn()?;
+
+    let _ = std::fs::remove_file(&args.socket);
+    let listener = UnixListener::bind(&args.socket)?;
+    let client: Client = Arc::new(Mutex::new(None));
+    let to_guest = Arc::new(Mutex::new(host_end.try_clone()?));
+
+    let c = client.clone();
+    std::thread::spawn(move || pump_guest_to_client(host_end, c));
+    let c = client.clone();
+    std::thread::spawn(move || accept_loop(listener, c, to_guest));
+
+    let status = child.wait()?;
+    let code = status.code().unwrap_or(128);
+    let _ = std::fs::write(&args.exit_file, code.to_string());
+    let _ = std::fs::remove_file(&args.socket);
+    eprintln!("shim: runsc exited with {status}");
+    Ok(code)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn pump_guest_to_client(mut guest: UnixStream, client: Client) {
+    loop {
+        let frame = match read_frame(&mut guest) {
+            Ok(f) => f,
+            Err(FrameError::Closed) => return,
+            Err(e) => {
+                eprintln!("shim: guest stream: {e}");
+                return;
+            }
+        };
+        let mut current = lock(&client);
+        if let Some(stream) = current.as_mut() {
+            if write_frame(stream, &frame).is_err() {
+                *current = None;
+            }
+        }
+    }
+}
+
+fn accept_loop(listener: UnixListener, client: Client, to_guest: Arc<Mutex<UnixStream>>) {
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let Ok(reader) = conn.try_clone() else { continue };
+        if let Some(old) = lock(&client).replace(conn) {
+            let _ = old.shutdown(std::net::Shutdown::Both);
+        }
+        let to_guest = to_guest.clone();
+        std::thread::spawn(move || pump_client_to_guest(reader, to_guest));
+    }
+}
+
+fn pump_client_to_guest(mut reader: UnixStream, to_guest: Arc<Mutex<UnixStream>>) {
+    while let Ok(frame) = read_frame(&mut reader) {
+        if write_frame(&mut *lock(&to_guest), &frame).is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Numbered schema migrations. `PRAGMA user_version` records how many have run; a new one is
+//! appended, never edited.
+
+use rusqlite::Connection;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    r#"
+    CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE api_keys (
+        prefix TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        label TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER,
+        revoked_at INTEGER
+    );
+    CREATE TABLE sandboxes (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        template TEXT NOT NULL,
+        template_generation INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        cpu INTEGER NOT NULL,
+        memory_mb INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        envs TEXT NOT NULL,
+        ttl_seconds INTEGER NOT NULL,
+        persistent INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        last_active_at INTEGER NOT NULL,
+        instance_id TEXT,
+        instance_dir TEXT,
+        rootfs TEXT NOT NULL,
+        guest_dir TEXT NOT NULL,
+        boot_ms INTEGER,
+        boot_mode TEXT NOT NULL,
+        from_snapshot TEXT,
+        hibernate_image TEXT,
+        deleted_at INTEGER
+    );
+    CREATE INDEX sandboxes_workspace ON sandboxes(workspace_id, deleted_at);
+    CREATE TABLE code_contexts (
+        id TEXT PRIMARY KEY,
+        sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+        kernel_id TEXT NOT NULL,
+        language TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        closed_at INTEGER
+    );
+    CREATE INDEX code_contexts_sandbox ON code_contexts(sandbox_id);
+    CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        sandbox_id TEXT NOT NULL,
+        template TEXT NOT NULL,
+        template_generation INTEGER NOT NULL,
+        cpu INTEGER NOT NULL,
+        memory_mb INTEGER NOT NULL,
+        rootfs TEXT NOT NULL,
+        guest_dir TEXT NOT NULL,
+        image_dir TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        kernels TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        workspace_id TEXT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        from_state TEXT NOT NULL,
+        to_state TEXT NOT NULL,
+        cause TEXT NOT NULL,
+        at INTEGER NOT NULL
+    );
+    CREATE INDEX events_sandbox ON events(sandbox_id);
+    "#,
+];
+
+/// Runs every migration past the database's `user_version`, each in its own transaction.
+///
+/// # Errors
+/// The first SQL error; the failing migration is rolled back.
+pub fn apply(conn: &mut Connection) -> rusqlite::Result<()> {
+    let done: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(done as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn migrations_are_idempotent() {
+        let mut c = rusqlite::Connection::open_in_memory().unwrap();
+        super::apply(&mut c).unwrap();
+        super::apply(&mut c).unwrap();
+        let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v as usize, super::MIGRATIONS.len());
+    }
+}

@@ -1,0 +1,99 @@
+//! Row types. Times are Unix milliseconds unless a name says otherwise.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A workspace: the unit of isolation between tenants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceRow {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+}
+
+/// An API key. Only the SHA-256 of the secret is stored; `prefix` is the public handle
+/// (`pds_` plus 8 characters) shown in listings and used to revoke.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKeyRow {
+    pub prefix: String,
+    pub workspace_id: String,
+    pub label: String,
+    pub hash: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// A sandbox as stored. `status` is the state machine's state name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxRow {
+    pub id: String,
+    pub workspace_id: String,
+    pub template: String,
+    pub template_generation: i64,
+    pub status: String,
+    pub cpu: u32,
+    pub memory_mb: u32,
+    pub metadata: BTreeMap<String, String>,
+    /// Environment injected into every exec and kernel. Never shown in listings or logs.
+    pub envs: BTreeMap<String, String>,
+    pub ttl_seconds: i64,
+    pub persistent: bool,
+    pub created_at: i64,
+    /// Last API activity; the TTL counts from here.
+    pub last_active_at: i64,
+    /// Current engine instance, when one runs.
+    pub instance_id: Option<String>,
+    pub instance_dir: Option<String>,
+    pub rootfs: String,
+    pub guest_dir: String,
+    pub boot_ms: Option<i64>,
+    /// `cold`, `snapshot`, `fork` or `wake`.
+    pub boot_mode: String,
+    pub from_snapshot: Option<String>,
+    /// Checkpoint image of a hibernated sandbox.
+    pub hibernate_image: Option<String>,
+    pub deleted_at: Option<i64>,
+}
+
+/// A code context: a REST handle bound to one kernel in a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextRow {
+    pub id: String,
+    pub sandbox_id: String,
+    pub kernel_id: String,
+    pub language: String,
+    pub created_at: i64,
+    pub closed_at: Option<i64>,
+}
+
+/// A snapshot: a checkpoint image of a sandbox plus what is needed to restore it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRow {
+    pub id: String,
+    pub workspace_id: String,
+    pub sandbox_id: String,
+    pub template: String,
+    pub template_generation: i64,
+    pub cpu: u32,
+    pub memory_mb: u32,
+    pub rootfs: String,
+    pub guest_dir: String,
+    pub image_dir: String,
+    pub size_bytes: i64,
+    /// Kernels live at capture time: `[{kernel_id, language, last_used_ms}]` as JSON.
+    pub kernels: serde_json::Value,
+    pub created_at: i64,
+}
+
+/// One lifecycle transition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRow {
+    pub seq: i64,
+    pub workspace_id: String,
+    pub sandbox_id: String,
+    pub from_state: String,
+    pub to_state: String,
+    pub cause: String,
+    pub at: i64,
+}

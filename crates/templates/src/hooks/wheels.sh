@@ -1,0 +1,11 @@
+# Run by mmdebstrap as a --customize-hook: `sh -c <this> exec <rootfs>`.
+# Installs the wheels staged on the host in $PANDASTACK_WHEEL_DIR. pip inside the
+# chroot never touches the network (--no-index): the host downloaded the wheels,
+# because the chroot lacks the host's CA bundle. Its text is part of the recipe hash.
+set -eu
+root="$1"
+stage="$root/tmp/pandastack-wheels"
+mkdir -p "$stage"
+cp "$PANDASTACK_WHEEL_DIR"/*.whl "$stage/"
+chroot "$root" sh -c 'pip3 install --break-system-packages --no-index --no-deps --no-cache-dir --root-user-action=ignore /tmp/pandastack-wheels/*.whl'
+rm -rf "$stage"

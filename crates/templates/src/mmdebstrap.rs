@@ -1,0 +1,98 @@
+//! The production [`Builder`]: Debian bookworm via `mmdebstrap --variant=minbase`.
+//!
+//! One mmdebstrap run per bake, as root (mode `root`, chosen by mmdebstrap when
+//! run by uid 0): packages from [`MIRROR`], then the customize hooks (wheels
+//! first, then [`FINISH_HOOK`]), then mmdebstrap's own cleanup, which drops the
+//! apt lists and package cache. Pinned wheels are downloaded on the host first
+//! (see [`wheels`](crate::wheels)) and staged in the build's work directory.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::builder::Builder;
+use crate::command::run_streamed;
+use crate::error::{BakeError, BakeStep};
+use crate::recipe::{Recipe, ARCH, FINISH_HOOK, MIRROR, SUITE, VARIANT, WHEELS_HOOK};
+use crate::{verify, wheels};
+
+/// Builds rootfs directories with `mmdebstrap`; needs root, `mmdebstrap`,
+/// `chroot` and (for recipes with wheels) host `python3 -m pip` on `PATH`, plus
+/// network access to the Debian mirror and PyPI.
+#[derive(Debug, Clone)]
+pub struct MmdebstrapBuilder {
+    wheel_cache: PathBuf,
+}
+
+impl MmdebstrapBuilder {
+    /// A builder that caches downloaded wheels under `wheel_cache`
+    /// (one directory per `name==version`; created on demand).
+    pub fn new(wheel_cache: impl Into<PathBuf>) -> Self {
+        Self {
+            wheel_cache: wheel_cache.into(),
+        }
+    }
+
+    /// Hard-links (or copies, across file systems) each pinned wheel into
+    /// `<work_dir>/wheels`, the directory the wheels hook reads.
+    fn stage_wheels(
+        &self,
+        recipe: &Recipe,
+        work_dir: &Path,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<PathBuf, BakeError> {
+        let stage = work_dir.join("wheels");
+        fs::create_dir_all(&stage).map_err(BakeError::io(BakeStep::FetchWheels))?;
+        for spec in &recipe.pip_wheels {
+            let wheel = wheels::fetch(&self.wheel_cache, spec, log)?;
+            let Some(file_name) = wheel.file_name() else {
+                continue;
+            };
+            let target = stage.join(file_name);
+            if fs::hard_link(&wheel, &target).is_err() {
+                fs::copy(&wheel, &target).map_err(BakeError::io(BakeStep::FetchWheels))?;
+            }
+        }
+        Ok(stage)
+    }
+}
+
+impl Builder for MmdebstrapBuilder {
+    fn build(
+        &self,
+        recipe: &Recipe,
+        work_dir: &Path,
+        rootfs: &Path,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), BakeError> {
+        let mut cmd = Command::new("mmdebstrap");
+        cmd.arg(format!("--variant={VARIANT}"))
+            .arg(format!("--architectures={ARCH}"))
+            .arg(format!("--include={}", recipe.packages.join(",")));
+        if !recipe.pip_wheels.is_empty() {
+            let stage = self.stage_wheels(recipe, work_dir, log)?;
+            cmd.env("PANDASTACK_WHEEL_DIR", stage)
+                .arg(format!("--customize-hook={WHEELS_HOOK}"));
+        }
+        cmd.arg(format!("--customize-hook={FINISH_HOOK}"))
+            .arg(SUITE)
+            .arg(rootfs)
+            .arg(MIRROR)
+            // Host locale settings would only produce perl warnings in the chroot.
+            .env("LC_ALL", "C.UTF-8");
+        log(&format!(
+            "I: mmdebstrap {SUITE} ({VARIANT}) with {} packages",
+            recipe.packages.len()
+        ));
+        run_streamed(BakeStep::Bootstrap, cmd, log)
+    }
+
+    fn verify(
+        &self,
+        recipe: &Recipe,
+        rootfs: &Path,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), BakeError> {
+        verify::in_chroot(recipe, rootfs, log)
+    }
+}

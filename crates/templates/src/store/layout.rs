@@ -1,0 +1,111 @@
+//! Where things live under the store root, and the `current` pointer.
+//!
+//! ```text
+//! <root>/<name>/.lock                   flock(2) target, serialises bakes and removals
+//! <root>/<name>/current                 "<build id>\n" of the current build
+//! <root>/<name>/<hash>-g<gen>/rootfs/   a finished build, never modified
+//! <root>/<name>/<hash>-g<gen>/meta.json
+//! <root>/<name>/<hash>-g<gen>.log       mmdebstrap log of that bake (kept on failure)
+//! <root>/<name>/<hash>-g<gen>.partial/  a bake in progress (removed on failure)
+//! <root>/.cache/wheels/<name==ver>/     host-downloaded wheels
+//! ```
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// File naming the current build inside a template directory.
+pub(crate) const CURRENT: &str = "current";
+/// Lock file inside a template directory.
+pub(crate) const LOCK: &str = ".lock";
+/// Metadata file inside a build directory.
+pub(crate) const META: &str = "meta.json";
+/// Suffix of a build directory being baked.
+pub(crate) const PARTIAL: &str = ".partial";
+/// Suffix of a build directory being removed.
+pub(crate) const DELETING: &str = ".deleting";
+
+/// `<hash>-g<generation>`.
+pub(crate) fn build_id(hash: &str, generation: u64) -> String {
+    format!("{hash}-g{generation}")
+}
+
+/// The generation of a finished build's directory name, `None` for anything
+/// else (partial builds, logs, the lock, `current`).
+pub(crate) fn parse_build_id(id: &str) -> Option<u64> {
+    let (hash, generation) = id.rsplit_once("-g")?;
+    let hex = hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let digits = !generation.is_empty() && generation.bytes().all(|b| b.is_ascii_digit());
+    if hex && digits {
+        generation.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Build id named by `<template_dir>/current`, `None` if there is none yet.
+pub(crate) fn read_current(template_dir: &Path) -> io::Result<Option<String>> {
+    match fs::read_to_string(template_dir.join(CURRENT)) {
+        Ok(s) => Ok(Some(s.trim().to_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Points `current` at `build_id`; readers see the old or the new id, never a
+/// torn file (write to a temporary, fsync, rename over).
+pub(crate) fn write_current(template_dir: &Path, build_id: &str) -> io::Result<()> {
+    write_atomic(&template_dir.join(CURRENT), format!("{build_id}\n").as_bytes())
+}
+
+/// Replaces `path` with `bytes` via `<path>.tmp` and rename.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)
+}
+
+/// Highest generation among the finished builds in `template_dir` (0 if none).
+pub(crate) fn max_generation(template_dir: &Path) -> io::Result<u64> {
+    let mut max = 0;
+    for entry in fs::read_dir(template_dir)? {
+        let name = entry?.file_name();
+        if let Some(generation) = name.to_str().and_then(parse_build_id) {
+            max = max.max(generation);
+        }
+    }
+    Ok(max)
+}
+
+/// Removes directories of bakes or removals that a crash interrupted.
+pub(crate) fn remove_stale(template_dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(template_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if (name.ends_with(PARTIAL) || name.ends_with(DELETING)) && entry.file_type()?.is_dir() {
+            tracing::warn!(dir = %name, "removing interrupted template build");
+            fs::remove_dir_all(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_ids_round_trip_and_reject_other_names() {
+        let hash = "ab".repeat(32);
+        assert_eq!(parse_build_id(&build_id(&hash, 7)), Some(7));
+        assert_eq!(parse_build_id(&format!("{}.partial", build_id(&hash, 7))), None);
+        assert_eq!(parse_build_id("current"), None);
+        assert_eq!(parse_build_id(&format!("{hash}-g")), None);
+        assert_eq!(parse_build_id(&format!("{}-g1", "AB".repeat(32))), None);
+    }
+}
