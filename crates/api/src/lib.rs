@@ -1,1 +1,255 @@
-//! placeholder
+//! Wire types of the PandaStack REST API under `/v1`, exactly as the published SDKs send and
+//! read them (`shared/spec/sdk-wire-contract.md`, cited below as "contract §N"). Defined once and
+//! used by the server, the CLI and the tests.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `POST /v1/sandboxes` body (contract §2.1 "Create body"). Unknown keys are rejected so that a
+/// typo is a 400 naming the field, except `cpu`/`memory_mb`, which old clients may send and
+/// which come from the template (or snapshot) instead.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Template name. Ignored with `from_snapshot` (the snapshot decides; contract §2.1).
+    #[serde(default)]
+    pub template: Option<String>,
+    /// Seconds until the sandbox is killed, refreshed by any API activity. Default 3600.
+    #[serde(default)]
+    pub ttl_seconds: Option<i64>,
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// True: ignore the TTL; the idle sweeper hibernates instead (seed 003).
+    #[serde(default)]
+    pub persistent: Option<bool>,
+    /// Snapshot id (`snap-...`) to restore into the new sandbox.
+    #[serde(default)]
+    pub from_snapshot: Option<String>,
+    /// Volumes to attach: `[{"name", "read_only"}]`.
+    #[serde(default)]
+    pub volumes: Option<Vec<VolumeMount>>,
+    /// Environment for every exec and kernel of the sandbox. Never echoed back.
+    #[serde(default)]
+    pub envs: Option<BTreeMap<String, String>>,
+    /// Accepted and ignored: resources come from the template (contract §2.1: SDKs no longer
+    /// send these).
+    #[serde(default)]
+    pub cpu: Option<serde_json::Value>,
+    #[serde(default)]
+    pub memory_mb: Option<serde_json::Value>,
+}
+
+/// One volume in a create body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeMount {
+    pub name: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// A sandbox as the API returns it (contract §7 "Sandbox JSON").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sandbox {
+    /// UUID.
+    pub id: String,
+    pub template: String,
+    /// `creating`, `running`, `paused`, `hibernated`, `failed` or `deleted`.
+    pub status: String,
+    /// Whole CPUs.
+    pub cpu: u32,
+    /// MiB.
+    pub memory_mb: u32,
+    pub metadata: BTreeMap<String, String>,
+    /// Sandboxes have no network in this release: always null.
+    pub guest_ip: Option<String>,
+    /// Time from request to the guest answering, ms.
+    pub boot_ms: Option<i64>,
+    /// `cold`, `snapshot` (template or user snapshot), `fork` or `wake`.
+    pub boot_mode: String,
+    /// RFC 3339.
+    pub created_at: String,
+    pub persistent: bool,
+    pub ttl_seconds: i64,
+    pub from_snapshot: Option<String>,
+}
+
+/// `POST .../exec` and `.../exec/stream` body (contract §2.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    pub cmd: String,
+    /// Kill the command's process group after this many seconds. Default 60; 0 = no limit.
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    /// Extra environment for this command.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Working directory; default `/workspace`.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Stream only: keep the command running when the client disconnects.
+    #[serde(default)]
+    pub background: Option<bool>,
+}
+
+/// `POST .../exec` reply (contract §4 ExecResult). Output that is not UTF-8 is decoded lossily.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+    pub duration_ms: u64,
+    /// True when the command was killed at its timeout (exit_code is then 137).
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// `POST .../repl/sessions` body.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateContext {
+    #[serde(default)]
+    pub language: Option<String>,
+    /// Accepted for E2B-style clients: working directory of the kernel (ignored when adopting).
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+/// A code context (contract §2.2: the SDKs read only `id`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CodeContext {
+    pub id: String,
+    pub language: String,
+    /// The kernel behind the context.
+    pub kernel_id: String,
+    /// True when the context adopted a kernel that was live in a restored or forked sandbox.
+    pub adopted: bool,
+}
+
+/// `POST .../repl/sessions/{ctx}/run` body (contract §2.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunCode {
+    pub code: String,
+    /// Interrupt the run after this many ms; the kernel keeps its state. Default: no limit.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A kernel run's result (contract §4 Execution). `exit` and `exit_code` carry the same value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Execution {
+    /// MIME bundles with string values; images base64, `application/json` a JSON string.
+    pub results: Vec<BTreeMap<String, String>>,
+    pub stdout: String,
+    pub stderr: String,
+    pub error: Option<String>,
+    pub exit: i32,
+    pub exit_code: i32,
+    pub duration_ms: u64,
+}
+
+/// A file or directory (contract §2.4 FileInfo).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileInfo {
+    pub name: String,
+    pub path: String,
+    pub is_dir: bool,
+    /// Bytes.
+    pub size: u64,
+    /// Permission bits in octal, e.g. `"0644"`.
+    pub mode: String,
+    /// Unix seconds.
+    pub mtime: i64,
+}
+
+/// `GET .../fs/dir` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirListing {
+    pub path: String,
+    pub entries: Vec<FileInfo>,
+}
+
+/// `PUT .../fs` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteResult {
+    pub path: String,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// `GET/PATCH .../lifecycle` (contract §2.2; seed 003).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lifecycle {
+    pub ttl_seconds: i64,
+    pub persistent: bool,
+    /// Seconds since the last API activity on the sandbox.
+    pub idle_seconds: i64,
+}
+
+/// `PATCH .../lifecycle` body: only the keys given change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifecyclePatch {
+    #[serde(default)]
+    pub ttl_seconds: Option<i64>,
+    #[serde(default)]
+    pub persistent: Option<bool>,
+}
+
+/// A template (contract §2.8 Template keys).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Template {
+    pub name: String,
+    pub generation: i64,
+    pub size_bytes: u64,
+    pub cpu: u32,
+    pub memory_mb: u32,
+    pub is_global: bool,
+    pub description: String,
+    /// Recipe hash of the current build.
+    pub hash: String,
+    /// Unix seconds of the bake.
+    pub built_at: i64,
+}
+
+/// A snapshot (contract §2.7).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// `snap-` + 32 hex digits.
+    pub id: String,
+    pub sandbox_id: String,
+    pub template: String,
+    pub template_generation: i64,
+    pub size_bytes: i64,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// `POST /v1/me/tokens` body (contract §2.9).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateToken {
+    #[serde(default)]
+    pub label: Option<String>,
+    #[serde(default)]
+    pub expires_in_days: Option<i64>,
+}
+
+/// A token; `token` (the secret) is present only in the create reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    pub prefix: String,
+    pub name: String,
+    pub label: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub token: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    pub expires_at: Option<String>,
+}
+
+/// Every error reply: `{"error": "<message>"}` (contract §7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}

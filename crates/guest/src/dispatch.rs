@@ -83,7 +83,7 @@ impl Guest {
             HostMsg::FileWrite { path, .. } => self.uploads.begin(id, &path),
             HostMsg::FileChunk { .. } => self.uploads.chunk(id, &body),
             HostMsg::FileEnd { .. } => self.uploads.end(&ctx.out, id),
-            HostMsg::FileAbort { .. } => self.uploads.abort(id),
+            HostMsg::FileAbort { .. } => self.uploads.abort(&ctx.out, id),
             HostMsg::ListDir { path, .. } => background(ctx, id, move |c| {
                 let entries = files::list(&path)?;
                 c.out.send(&GuestMsg::DirList { id, entries });

@@ -1,1 +1,161 @@
-fn main() {}
+//! `pandastack`: one binary for the server (`pandastack server`), the CLI (`pandastack sandbox
+//! ...`), template bakes (`pandastack template bake NAME`) and the hidden per-sandbox `shim`.
+//! It parses flags, calls the libraries and maps errors to exit codes.
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "pandastack", version, about = "Sandboxes for AI agents: server and CLI")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API server, scheduler, store and host agent on this host.
+    Server(ServerArgs),
+    /// Bake templates on this host (server-side; needs root and mmdebstrap).
+    #[command(name = "template-bake", hide = true)]
+    TemplateBakeLocal(BakeArgs),
+    /// Administrative commands that act on the local data dir.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Internal: the per-sandbox shim that holds the guest channel.
+    #[command(hide = true)]
+    Shim(ShimArgs),
+    #[command(flatten)]
+    Client(pandastack_cli::Command),
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, env = "PANDASTACK_LISTEN", default_value = "127.0.0.1:7700")]
+    listen: SocketAddr,
+    /// Where the store, templates, instances and snapshots live.
+    #[arg(long, env = "PANDASTACK_DATA_DIR", default_value = "/var/lib/pandastack")]
+    data_dir: PathBuf,
+    /// The static guest daemon (default: `pandastack-guest` beside this binary).
+    #[arg(long, env = "PANDASTACK_GUEST_BIN")]
+    guest_bin: Option<PathBuf>,
+    /// The kernel driver (default: `kernel.py` beside the guest binary).
+    #[arg(long, env = "PANDASTACK_KERNEL_PY")]
+    kernel_py: Option<PathBuf>,
+    /// The runsc binary.
+    #[arg(long, env = "PANDASTACK_RUNSC", default_value = "runsc")]
+    runsc: PathBuf,
+    /// gVisor platform: ptrace (default; ~0 idle CPU here) or systrap.
+    #[arg(long, env = "PANDASTACK_PLATFORM", default_value = "ptrace")]
+    platform: String,
+}
+
+#[derive(Args)]
+struct BakeArgs {
+    /// Template names (`base`, `code-interpreter`); all built-ins when none are given.
+    names: Vec<String>,
+    #[arg(long, env = "PANDASTACK_DATA_DIR", default_value = "/var/lib/pandastack")]
+    data_dir: PathBuf,
+    /// Build again even when the recipe is unchanged (bumps the generation).
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create a workspace and print its admin key.
+    WorkspaceCreate {
+        #[arg(long)]
+        name: String,
+        #[arg(long, env = "PANDASTACK_DATA_DIR", default_value = "/var/lib/pandastack")]
+        data_dir: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct ShimArgs {
+    #[arg(long)]
+    socket: PathBuf,
+    #[arg(long)]
+    exit_file: PathBuf,
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PANDASTACK_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Shim(a) => {
+            let code = pandastack_gvisor::shim::run(&pandastack_gvisor::shim::ShimArgs {
+                socket: a.socket,
+                exit_file: a.exit_file,
+                command: a.command,
+            })
+            .context("shim")?;
+            std::process::exit(code);
+        }
+        Command::Server(a) => {
+            init_logs();
+            let exe = std::env::current_exe().context("locating this binary")?;
+            let exe_dir = exe.parent().map(PathBuf::from).unwrap_or_default();
+            let guest_bin = a.guest_bin.unwrap_or_else(|| exe_dir.join("pandastack-guest"));
+            let kernel_py = a
+                .kernel_py
+                .unwrap_or_else(|| guest_bin.parent().map(|d| d.join("kernel.py")).unwrap_or_default());
+            let cfg = pandastack_server::ServerConfig {
+                listen: a.listen,
+                data_dir: a.data_dir,
+                guest_bin,
+                kernel_py,
+                runsc: a.runsc,
+                platform: a.platform,
+                shim_command: vec![exe.display().to_string(), "shim".into()],
+            };
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(pandastack_server::run(cfg)).context("server")?;
+            Ok(())
+        }
+        Command::TemplateBakeLocal(a) => {
+            init_logs();
+            bake(a)
+        }
+        Command::Admin(AdminCommand::WorkspaceCreate { name, data_dir }) => {
+            let store = pandastack_server::open_store(&data_dir)?;
+            let (ws, key) = pandastack_server::auth::create_workspace(&store, &name)?;
+            println!("workspace {ws}\nexport PANDASTACK_API_KEY={key}");
+            Ok(())
+        }
+        Command::Client(c) => std::process::exit(pandastack_cli::run(c)),
+    }
+}
+
+fn bake(a: BakeArgs) -> Result<()> {
+    let store = pandastack_templates::TemplateStore::new(a.data_dir.join("templates"));
+    let names = if a.names.is_empty() {
+        pandastack_templates::builtins().into_iter().map(|r| r.name).collect()
+    } else {
+        a.names
+    };
+    for name in names {
+        let started = std::time::Instant::now();
+        let info = store
+            .bake_builtin(&name, a.force, &mut |line: &str| eprintln!("[{name}] {line}"))
+            .with_context(|| format!("baking template {name}"))?;
+        println!(
+            "template {} generation {} ({} MiB) ready in {:.1} s",
+            info.name,
+            info.generation,
+            info.size_bytes / (1024 * 1024),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}

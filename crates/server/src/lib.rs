@@ -1,1 +1,127 @@
-//! placeholder
+//! The PandaStack server: the REST API (`api`), the host agent that drives sandboxes on this
+//! host (`host`), the guest protocol client (`guest`) and the store.
+//!
+//! # Life of a request
+//! `POST /v1/sandboxes/{id}/exec` -> [`auth::Caller`] resolves the bearer key to a workspace ->
+//! the handler asks the host agent for the sandbox (404 across workspaces) -> `Live::ready`
+//! waits out any lifecycle operation, checks the state is `running` and returns the guest
+//! connection -> an `Exec` frame goes through the shim socket to the guest daemon inside
+//! gVisor -> output frames come back and are collected (or streamed as SSE) -> `ExecResult`.
+
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod guest;
+pub mod host;
+pub mod state;
+
+use axum::Router;
+use host::{Host, HostConfig};
+use pandastack_engine::Engine;
+use pandastack_store::Store;
+use pandastack_templates::TemplateStore;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tracing::info;
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub host: Arc<Host>,
+}
+
+/// The whole HTTP application; tests call it directly.
+pub fn app(state: AppState) -> Router {
+    let v1 = Router::new()
+        .merge(api::sandboxes::router())
+        .merge(api::exec::router())
+        .merge(api::fs::router())
+        .merge(api::repl::router())
+        .merge(api::templates::router())
+        .merge(api::tokens::router());
+    Router::new()
+        .nest("/v1", v1)
+        .route("/health", axum::routing::get(|| async { "ok" }))
+        .fallback(|| async { error::ApiError::NotFound("no such endpoint".into()) })
+        .with_state(state)
+}
+
+/// Settings of `pandastack server`.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// The guest daemon binary and kernel driver to install into sandboxes.
+    pub guest_bin: PathBuf,
+    pub kernel_py: PathBuf,
+    pub runsc: PathBuf,
+    pub platform: String,
+    /// How to start a shim: this binary plus `shim`.
+    pub shim_command: Vec<String>,
+}
+
+/// Errors that stop the server from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("data dir: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("store: {0}")]
+    Store(#[from] pandastack_store::StoreError),
+    #[error("engine: {0}")]
+    Engine(#[from] pandastack_engine::EngineError),
+    #[error("recovery: {0}")]
+    Recover(String),
+}
+
+/// Opens the store, creates the first workspace and admin key on a fresh data dir (printing
+/// the two `export` lines a user needs and writing them to `<data_dir>/admin.env`, mode 0600),
+/// recovers sandboxes, starts the sweepers and serves until the process ends.
+///
+/// # Errors
+/// [`StartError`] when anything needed to serve is missing.
+pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    let store = Arc::new(Store::open(&cfg.data_dir.join("store.db"))?);
+    bootstrap(&store, &cfg)?;
+    let guest_dir = host::install_guest_dir(&cfg.data_dir, &cfg.guest_bin, &cfg.kernel_py)?;
+    let engine: Arc<dyn Engine> = Arc::new(pandastack_gvisor::GvisorEngine::new(pandastack_gvisor::GvisorConfig {
+        runsc: cfg.runsc.clone(),
+        state_root: cfg.data_dir.join("runsc"),
+        platform: cfg.platform.clone(),
+        shim_command: cfg.shim_command.clone(),
+    })?);
+    let templates = Arc::new(TemplateStore::new(cfg.data_dir.join("templates")));
+    let host = Host::new(store, engine, templates, HostConfig { data_dir: cfg.data_dir.clone(), guest_dir, default_ttl_seconds: 3600 });
+    host.recover().await.map_err(|e| StartError::Recover(e.to_string()))?;
+    host.spawn_sweepers();
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+    info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "pandastack server listening");
+    axum::serve(listener, app(AppState { host })).await?;
+    Ok(())
+}
+
+fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {
+    if store.count_workspaces()? > 0 {
+        return Ok(());
+    }
+    let (ws, key) = auth::create_workspace(store, "default")?;
+    let lines = format!("export PANDASTACK_API=http://{}\nexport PANDASTACK_API_KEY={key}\n", cfg.listen);
+    let path = cfg.data_dir.join("admin.env");
+    std::fs::write(&path, &lines)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    info!(workspace_id = %ws, "created the first workspace and its admin key");
+    println!("First start: created workspace {ws}. Use it with:\n{lines}(also saved to {})", path.display());
+    Ok(())
+}
+
+/// Opens the store of a data dir (for offline admin commands).
+///
+/// # Errors
+/// Store errors.
+pub fn open_store(data_dir: &std::path::Path) -> Result<Store, StartError> {
+    std::fs::create_dir_all(data_dir)?;
+    Ok(Store::open(&data_dir.join("store.db"))?)
+}

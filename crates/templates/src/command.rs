@@ -38,8 +38,14 @@ pub(crate) fn run_streamed(
 
     let (tx, rx) = mpsc::channel::<String>();
     let readers: Vec<_> = [
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
     ]
     .into_iter()
     .flatten()
@@ -62,7 +68,9 @@ pub(crate) fn run_streamed(
         // A reader only ends by EOF or read error; a panic there is a bug worth surfacing.
         let _ = reader.join();
     }
-    let status = child.wait().map_err(|source| BakeError::Io { step, source })?;
+    let status = child
+        .wait()
+        .map_err(|source| BakeError::Io { step, source })?;
     if status.success() {
         Ok(())
     } else {
@@ -108,7 +116,9 @@ mod tests {
         lines.sort();
         assert_eq!(lines, ["err", "out"]);
         match err {
-            BakeError::Command { status, log_tail, .. } => {
+            BakeError::Command {
+                status, log_tail, ..
+            } => {
                 assert!(status.contains('3'));
                 assert_eq!(log_tail.len(), 2);
             }

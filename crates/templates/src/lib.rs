@@ -1,1 +1,66 @@
-//! placeholder
+//! # pandastack-templates
+//!
+//! Builds and caches the template root filesystems sandboxes boot from. A
+//! sandbox shares its template's rootfs directory read-only (gVisor, with a
+//! private overlay per sandbox), so a published rootfs is never changed again.
+//!
+//! ## Recipes
+//!
+//! A [`Recipe`] is a Debian bookworm `minbase` system plus packages and pinned
+//! PyPI wheels, and the default resources of its sandboxes. The built-in ones
+//! are `base` and `code-interpreter` ([`builtin`], [`builtins`]). Every rootfs
+//! also gets `/workspace`, `/data`, `/home/panda`, an empty `/.pandastack`
+//! (mount point of the guest daemon), `/tmp` mode 1777, hostname `sandbox` and
+//! a minimal `/etc/hosts` (see `src/hooks/finish.sh`). `/etc/resolv.conf` is
+//! the host's, copied by mmdebstrap; the runtime should provide its own.
+//!
+//! ## Cache
+//!
+//! [`Recipe::hash`] is a sha256 over everything that changes the rootfs bytes
+//! (suite, variant, mirror, dpkg path filters, sorted packages, wheels, hook scripts,
+//! [`RECIPE_FORMAT_VERSION`]). [`TemplateStore::bake`] returns the current build
+//! at once when its hash matches and `force` is false; otherwise it builds a new
+//! **generation** (1, 2, ... per template name; a forced re-bake of the same
+//! hash also gets a new one) in `<root>/<name>/<hash>-g<gen>.partial`, verifies
+//! it in a chroot, renames it into place and switches `<root>/<name>/current`.
+//! Any failure removes the partial directory and leaves `current` as it was.
+//!
+//! Old builds are kept, because running sandboxes may still use their rootfs;
+//! [`TemplateStore::builds`] lists them and [`TemplateStore::remove_build`]
+//! deletes one (never the current one) once the server knows it is unused.
+//! Resource changes (cpu, memory, description) are not in the hash: a bake
+//! with only those changed is a cache hit that rewrites `meta.json`.
+//!
+//! ## Building
+//!
+//! [`MmdebstrapBuilder`] runs `mmdebstrap --variant=minbase` as root. pip in
+//! the chroot cannot reach PyPI (TLS interception; the CA bundle is the
+//! host's), so wheels are downloaded on the host (`pip download --platform
+//! manylinux1_x86_64 --python-version 3.11`), cached in
+//! `<root>/.cache/wheels/<name==ver>/` and installed offline by a customize
+//! hook. Tests swap in their own [`Builder`]. All calls block; async callers
+//! use `spawn_blocking`.
+
+mod builder;
+mod builtin;
+mod command;
+mod error;
+mod meta;
+mod mmdebstrap;
+mod recipe;
+mod store;
+#[cfg(test)]
+mod testutil;
+mod verify;
+mod wheels;
+
+pub use builder::Builder;
+pub use builtin::{builtin, builtins, BASE, CODE_INTERPRETER};
+pub use error::{BakeError, BakeStep, RecipeError, StoreError};
+pub use meta::TemplateInfo;
+pub use mmdebstrap::MmdebstrapBuilder;
+pub use recipe::{
+    validate_name, Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, RECIPE_FORMAT_VERSION,
+    SUITE, VARIANT, WHEELS_HOOK, WHEEL_PLATFORM, WHEEL_PYTHON,
+};
+pub use store::TemplateStore;

@@ -7,13 +7,16 @@
 //! (see [`wheels`](crate::wheels)) and staged in the build's work directory.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::builder::Builder;
 use crate::command::run_streamed;
 use crate::error::{BakeError, BakeStep};
-use crate::recipe::{Recipe, ARCH, FINISH_HOOK, MIRROR, SUITE, VARIANT, WHEELS_HOOK};
+use crate::recipe::{
+    Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, SUITE, VARIANT, WHEELS_HOOK,
+};
 use crate::{verify, wheels};
 
 /// Builds rootfs directories with `mmdebstrap`; needs root, `mmdebstrap`,
@@ -68,13 +71,15 @@ impl Builder for MmdebstrapBuilder {
         let mut cmd = Command::new("mmdebstrap");
         cmd.arg(format!("--variant={VARIANT}"))
             .arg(format!("--architectures={ARCH}"))
-            .arg(format!("--include={}", recipe.packages.join(",")));
+            .arg(format!("--include={}", recipe.packages.join(",")))
+            .args(DPKG_PATH_FILTERS.iter().map(|f| format!("--dpkgopt={f}")));
         if !recipe.pip_wheels.is_empty() {
             let stage = self.stage_wheels(recipe, work_dir, log)?;
-            cmd.env("PANDASTACK_WHEEL_DIR", stage)
-                .arg(format!("--customize-hook={WHEELS_HOOK}"));
+            let hook = write_hook(work_dir, "wheels.sh", WHEELS_HOOK)?;
+            cmd.env("PANDASTACK_WHEEL_DIR", stage).arg(hook_arg(&hook));
         }
-        cmd.arg(format!("--customize-hook={FINISH_HOOK}"))
+        let finish = write_hook(work_dir, "finish.sh", FINISH_HOOK)?;
+        cmd.arg(hook_arg(&finish))
             .arg(SUITE)
             .arg(rootfs)
             .arg(MIRROR)
@@ -95,4 +100,25 @@ impl Builder for MmdebstrapBuilder {
     ) -> Result<(), BakeError> {
         verify::in_chroot(recipe, rootfs, log)
     }
+}
+
+/// Writes hook `text` as an executable `<work_dir>/hooks/<file>`; mmdebstrap
+/// runs an executable hook file directly (with the rootfs as `$1`), which keeps
+/// the script out of its log.
+fn write_hook(work_dir: &Path, file: &str, text: &str) -> Result<PathBuf, BakeError> {
+    let dir = work_dir.join("hooks");
+    let path = dir.join(file);
+    let io = BakeError::io(BakeStep::Bootstrap);
+    fs::create_dir_all(&dir)
+        .and_then(|()| fs::write(&path, text))
+        .and_then(|()| fs::set_permissions(&path, fs::Permissions::from_mode(0o755)))
+        .map_err(io)?;
+    Ok(path)
+}
+
+/// `--customize-hook=<path>`.
+fn hook_arg(path: &Path) -> std::ffi::OsString {
+    let mut arg = std::ffi::OsString::from("--customize-hook=");
+    arg.push(path);
+    arg
 }

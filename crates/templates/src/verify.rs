@@ -21,7 +21,11 @@ pub(crate) fn in_chroot(
     log: &mut dyn FnMut(&str),
 ) -> Result<(), BakeError> {
     log("I: verify: /bin/bash runs");
-    run_streamed(BakeStep::Verify, chroot(rootfs, &["/bin/bash", "-c", "true"]), log)?;
+    run_streamed(
+        BakeStep::Verify,
+        chroot(rootfs, &["/bin/bash", "-c", "true"]),
+        log,
+    )?;
 
     let imports = if recipe.verify_imports.is_empty() {
         "sys".to_owned()
@@ -30,7 +34,11 @@ pub(crate) fn in_chroot(
     };
     let script = format!("import {imports}");
     log(&format!("I: verify: python3 -c '{script}'"));
-    run_streamed(BakeStep::Verify, chroot(rootfs, &["python3", "-c", &script]), log)
+    run_streamed(
+        BakeStep::Verify,
+        chroot(rootfs, &["python3", "-c", &script]),
+        log,
+    )
 }
 
 fn chroot(rootfs: &Path, args: &[&str]) -> Command {
@@ -38,7 +46,10 @@ fn chroot(rootfs: &Path, args: &[&str]) -> Command {
     cmd.arg(rootfs)
         .args(args)
         .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .env("HOME", "/root")
         .env("LC_ALL", "C.UTF-8")
         .env("PYTHONDONTWRITEBYTECODE", "1")

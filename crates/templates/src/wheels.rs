@@ -20,7 +20,11 @@ use crate::recipe::{WHEEL_PLATFORM, WHEEL_PYTHON};
 /// # Errors
 /// [`BakeError`] with step [`BakeStep::FetchWheels`] if pip fails or does not
 /// leave exactly one wheel.
-pub(crate) fn fetch(cache: &Path, spec: &str, log: &mut dyn FnMut(&str)) -> Result<PathBuf, BakeError> {
+pub(crate) fn fetch(
+    cache: &Path,
+    spec: &str,
+    log: &mut dyn FnMut(&str),
+) -> Result<PathBuf, BakeError> {
     let dir = cache.join(spec);
     if let Some(wheel) = single_wheel(&dir)? {
         log(&format!("I: wheel {spec} cached"));
@@ -34,7 +38,12 @@ pub(crate) fn fetch(cache: &Path, spec: &str, log: &mut dyn FnMut(&str)) -> Resu
     log(&format!("I: downloading wheel {spec} on the host"));
     let mut cmd = Command::new("python3");
     cmd.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-        .args(["--platform", WHEEL_PLATFORM, "--python-version", WHEEL_PYTHON])
+        .args([
+            "--platform",
+            WHEEL_PLATFORM,
+            "--python-version",
+            WHEEL_PYTHON,
+        ])
         .arg("--disable-pip-version-check")
         .arg("-d")
         .arg(&partial)
@@ -73,7 +82,11 @@ fn single_wheel(dir: &Path) -> Result<Option<PathBuf>, BakeError> {
             wheels.push(path);
         }
     }
-    Ok(if wheels.len() == 1 { wheels.pop() } else { None })
+    Ok(if wheels.len() == 1 {
+        wheels.pop()
+    } else {
+        None
+    })
 }
 
 #[cfg(test)]
@@ -86,7 +99,11 @@ mod tests {
         let tmp = TempDir::new("wheels");
         let dir = tmp.path().join("kaleido==0.2.1");
         fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join("kaleido-0.2.1-py2.py3-none-manylinux1_x86_64.whl"), b"x").unwrap();
+        fs::write(
+            dir.join("kaleido-0.2.1-py2.py3-none-manylinux1_x86_64.whl"),
+            b"x",
+        )
+        .unwrap();
         let got = fetch(tmp.path(), "kaleido==0.2.1", &mut |_| {}).unwrap();
         assert_eq!(got.parent(), Some(dir.as_path()));
     }

@@ -1,4 +1,5 @@
-# Run by mmdebstrap as a --customize-hook: `sh -c <this> exec <rootfs>`.
+#!/bin/sh
+# Run by mmdebstrap as a --customize-hook script, with the rootfs path as $1.
 # Shapes every template rootfs the same way; its text is part of the recipe hash.
 set -eu
 root="$1"

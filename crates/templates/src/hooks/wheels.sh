@@ -1,4 +1,5 @@
-# Run by mmdebstrap as a --customize-hook: `sh -c <this> exec <rootfs>`.
+#!/bin/sh
+# Run by mmdebstrap as a --customize-hook script, with the rootfs path as $1.
 # Installs the wheels staged on the host in $PANDASTACK_WHEEL_DIR. pip inside the
 # chroot never touches the network (--no-index): the host downloaded the wheels,
 # because the chroot lacks the host's CA bundle. Its text is part of the recipe hash.

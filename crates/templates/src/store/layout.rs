@@ -55,7 +55,10 @@ pub(crate) fn read_current(template_dir: &Path) -> io::Result<Option<String>> {
 /// Points `current` at `build_id`; readers see the old or the new id, never a
 /// torn file (write to a temporary, fsync, rename over).
 pub(crate) fn write_current(template_dir: &Path, build_id: &str) -> io::Result<()> {
-    write_atomic(&template_dir.join(CURRENT), format!("{build_id}\n").as_bytes())
+    write_atomic(
+        &template_dir.join(CURRENT),
+        format!("{build_id}\n").as_bytes(),
+    )
 }
 
 /// Replaces `path` with `bytes` via `<path>.tmp` and rename.
@@ -103,7 +106,10 @@ mod tests {
     fn build_ids_round_trip_and_reject_other_names() {
         let hash = "ab".repeat(32);
         assert_eq!(parse_build_id(&build_id(&hash, 7)), Some(7));
-        assert_eq!(parse_build_id(&format!("{}.partial", build_id(&hash, 7))), None);
+        assert_eq!(
+            parse_build_id(&format!("{}.partial", build_id(&hash, 7))),
+            None
+        );
         assert_eq!(parse_build_id("current"), None);
         assert_eq!(parse_build_id(&format!("{hash}-g")), None);
         assert_eq!(parse_build_id(&format!("{}-g1", "AB".repeat(32))), None);

@@ -1,0 +1,181 @@
+//! Test harness: runs the real guest binary as a child and speaks the frame protocol to it.
+#![allow(dead_code)]
+
+use pandastack_guest_protocol::{read_frame, write_frame, Frame, GuestMsg, HostMsg, RequestId};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// A reply: the message and its body.
+pub type Reply = (GuestMsg, Vec<u8>);
+
+/// A running guest daemon.
+pub struct Guest {
+    child: Child,
+    stdin: Mutex<ChildStdin>,
+    replies: Arc<(Mutex<HashMap<RequestId, Vec<Reply>>>, Condvar)>,
+    next_id: AtomicU64,
+}
+
+impl Guest {
+    /// The guest binary on this host.
+    pub fn start() -> Guest {
+        Self::from_command(Command::new(env!("CARGO_BIN_EXE_pandastack-guest")))
+    }
+
+    /// The guest binary copied to `<rootfs>/.pandastack/` (with kernel.py) and run under chroot.
+    pub fn start_in(rootfs: &Path) -> Guest {
+        install(rootfs);
+        let mut cmd = Command::new("chroot");
+        cmd.arg(rootfs).arg("/.pandastack/pandastack-guest").env_clear();
+        Self::from_command(cmd)
+    }
+
+    fn from_command(mut cmd: Command) -> Guest {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn guest");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let replies: Arc<(Mutex<HashMap<RequestId, Vec<Reply>>>, Condvar)> = Arc::default();
+        let r = Arc::clone(&replies);
+        std::thread::spawn(move || {
+            while let Ok(frame) = read_frame(&mut stdout) {
+                let msg: GuestMsg = frame.decode().expect("guest sent a bad frame");
+                let (map, cv) = &*r;
+                map.lock().unwrap().entry(msg.id()).or_default().push((msg, frame.body));
+                cv.notify_all();
+            }
+        });
+        let g = Guest { child, stdin: Mutex::new(stdin), replies, next_id: AtomicU64::new(1) };
+        let id = g.id();
+        let hello = g.call(HostMsg::Hello { id, version: pandastack_guest_protocol::PROTOCOL_VERSION });
+        assert!(matches!(hello.last().unwrap().0, GuestMsg::HelloOk { .. }), "{hello:?}");
+        g
+    }
+
+    /// A fresh request id.
+    pub fn id(&self) -> RequestId {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends `msg` with `body`.
+    pub fn send(&self, msg: &HostMsg, body: Vec<u8>) {
+        let frame = Frame::new(msg, body).unwrap();
+        write_frame(&mut *self.stdin.lock().unwrap(), &frame).unwrap();
+    }
+
+    /// Sends raw header bytes (to test bad frames).
+    pub fn send_raw(&self, header: &[u8]) {
+        let frame = Frame { header: header.to_vec(), body: Vec::new() };
+        write_frame(&mut *self.stdin.lock().unwrap(), &frame).unwrap();
+    }
+
+    /// Waits (up to `timeout`) for the final reply of `id` and returns all its replies.
+    pub fn wait(&self, id: RequestId, timeout: Duration) -> Vec<Reply> {
+        let (map, cv) = &*self.replies;
+        let end = Instant::now() + timeout;
+        let mut m = map.lock().unwrap();
+        loop {
+            if m.get(&id).is_some_and(|v| v.last().is_some_and(|(msg, _)| msg.is_final())) {
+                return m.remove(&id).unwrap();
+            }
+            let now = Instant::now();
+            assert!(now < end, "no final reply for request {id} within {timeout:?}: {:?}", m.get(&id));
+            m = cv.wait_timeout(m, end - now).unwrap().0;
+        }
+    }
+
+    /// Sends `msg` (no body) and waits up to 30 s for its replies.
+    pub fn call(&self, msg: HostMsg) -> Vec<Reply> {
+        let id = msg.id();
+        self.send(&msg, Vec::new());
+        self.wait(id, Duration::from_secs(30))
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What an exec produced.
+#[derive(Debug)]
+pub struct ExecResult {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub error: Option<GuestMsg>,
+}
+
+/// Splits exec replies into output and exit.
+pub fn exec_result(replies: Vec<Reply>) -> ExecResult {
+    let mut r = ExecResult { stdout: vec![], stderr: vec![], exit_code: -1, timed_out: false, error: None };
+    for (msg, body) in replies {
+        match msg {
+            GuestMsg::Output { stream: pandastack_guest_protocol::OutputStream::Stdout, .. } => {
+                r.stdout.extend(body)
+            }
+            GuestMsg::Output { .. } => r.stderr.extend(body),
+            GuestMsg::Exited { exit_code, timed_out, .. } => {
+                r.exit_code = exit_code;
+                r.timed_out = timed_out;
+            }
+            other => r.error = Some(other),
+        }
+    }
+    r
+}
+
+/// Copies the guest binary and kernel.py into `<rootfs>/.pandastack/` (scratch directory).
+fn install(rootfs: &Path) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let dir = rootfs.join(".pandastack");
+        std::fs::create_dir_all(&dir).unwrap();
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (src, name) in [
+            (Path::new(env!("CARGO_BIN_EXE_pandastack-guest")).to_path_buf(), "pandastack-guest"),
+            (crate_dir.join("kernel.py"), "kernel.py"),
+        ] {
+            let tmp = dir.join(format!(".{name}.tmp"));
+            std::fs::copy(&src, &tmp).unwrap();
+            std::fs::rename(&tmp, dir.join(name)).unwrap();
+        }
+    });
+}
+
+/// The baked CI rootfs with python3, IPython, pandas and matplotlib, if this host has it.
+pub fn ci_rootfs() -> Option<&'static Path> {
+    let p = Path::new("/var/lib/pandastack-try/ci-rootfs");
+    if !p.join("usr/bin/python3").exists() {
+        eprintln!("SKIPPED: {} not found; kernel tests need its python3 + IPython", p.display());
+        return None;
+    }
+    if unsafe_is_root() {
+        Some(p)
+    } else {
+        eprintln!("SKIPPED: chroot into {} needs root", p.display());
+        None
+    }
+}
+
+fn unsafe_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// P50 of `samples`, µs.
+pub fn p50_us(mut samples: Vec<Duration>) -> u128 {
+    samples.sort();
+    samples[samples.len() / 2].as_micros()
+}

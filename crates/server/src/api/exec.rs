@@ -1,0 +1,207 @@
+//! `POST .../exec` (one reply) and `POST .../exec/stream` (Server-Sent Events), contract §2.2,
+//! §3.1, §4. The command runs in the guest in its own process group; at `timeout_seconds` the
+//! guest kills the whole group. If the HTTP client goes away before the command ends, the
+//! command is killed too (unless a stream asked for `background`).
+
+use crate::auth::Caller;
+use crate::error::{from_guest, ApiError};
+use crate::extract::{sandbox_id, RequiredJson};
+use crate::guest::{GuestConn, Reply};
+use crate::AppState;
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use futures::Stream;
+use pandastack_api::{ExecRequest, ExecResult};
+use pandastack_guest_protocol::{GuestMsg, HostMsg, OutputStream, RequestId};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Timeout when the request gives none, seconds.
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
+/// Output kept per stream for a non-streaming exec, bytes; the rest is cut with a note.
+pub const MAX_CAPTURE_BYTES: usize = 64 * 1024 * 1024;
+/// Exit code reported for a command killed at its timeout (as coreutils `timeout`).
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/sandboxes/:id/exec", post(exec))
+        .route("/sandboxes/:id/exec/stream", post(exec_stream))
+}
+
+/// Kills the guest process if dropped before [`KillOnDrop::disarm`] (the client went away).
+struct KillOnDrop {
+    conn: GuestConn,
+    id: RequestId,
+    armed: bool,
+}
+
+impl KillOnDrop {
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let conn = self.conn.clone();
+            let id = self.id;
+            tokio::spawn(async move {
+                let _ = conn.send(HostMsg::ExecKill { id }, Vec::new()).await;
+                conn.forget(id);
+            });
+        }
+    }
+}
+
+async fn start(st: &AppState, caller: &Caller, id: &str, req: &ExecRequest) -> Result<(GuestConn, RequestId, mpsc::Receiver<Reply>, std::sync::Arc<crate::host::Live>), ApiError> {
+    if req.cmd.trim().is_empty() {
+        return Err(ApiError::BadRequest("cmd must not be empty".into()));
+    }
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
+    let ready = live.ready().await?;
+    let mut env = ready.envs.clone();
+    env.extend(req.env.clone().unwrap_or_default());
+    let timeout = req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    let rid = ready.conn.new_id();
+    let msg = HostMsg::Exec {
+        id: rid,
+        cmd: req.cmd.clone(),
+        env,
+        cwd: req.cwd.clone(),
+        timeout_ms: (timeout > 0).then(|| timeout.saturating_mul(1000)),
+    };
+    let rx = ready.conn.request(msg, Vec::new()).await?;
+    Ok((ready.conn.clone(), rid, rx, live))
+}
+
+fn push_capped(buf: &mut Vec<u8>, chunk: &[u8], cut: &mut bool) {
+    let room = MAX_CAPTURE_BYTES.saturating_sub(buf.len());
+    if chunk.len() > room {
+        *cut = true;
+    }
+    buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+}
+
+async fn exec(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, RequiredJson(req): RequiredJson<ExecRequest>) -> Result<Json<ExecResult>, ApiError> {
+    let (conn, rid, mut rx, live) = start(&st, &caller, &id, &req).await?;
+    let mut guard = KillOnDrop { conn, id: rid, armed: true };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (mut out_cut, mut err_cut) = (false, false);
+    while let Some((msg, body)) = rx.recv().await {
+        match msg {
+            GuestMsg::Output { stream: OutputStream::Stdout, .. } => push_capped(&mut out, &body, &mut out_cut),
+            GuestMsg::Output { stream: OutputStream::Stderr, .. } => push_capped(&mut err, &body, &mut err_cut),
+            GuestMsg::Exited { exit_code, timed_out, duration_ms, .. } => {
+                guard.disarm();
+                live.touch().await;
+                let mut stderr = String::from_utf8_lossy(&err).into_owned();
+                if out_cut || err_cut {
+                    stderr.push_str(&format!("\n[pandastack: output cut at {MAX_CAPTURE_BYTES} bytes per stream]\n"));
+                }
+                let exit_code = if timed_out {
+                    stderr.push_str(&format!("\n[pandastack: command timed out after {} s; its process group was killed]\n", req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)));
+                    TIMEOUT_EXIT_CODE
+                } else {
+                    exit_code
+                };
+                return Ok(Json(ExecResult { stdout: String::from_utf8_lossy(&out).into_owned(), stderr, exit_code, duration_ms, timed_out }));
+            }
+            GuestMsg::Error { code, message, .. } => {
+                guard.disarm();
+                return Err(from_guest(code, message));
+            }
+            _ => {}
+        }
+    }
+    guard.disarm();
+    Err(ApiError::Unavailable("guest channel closed during exec: connection refused".into()))
+}
+
+fn event(name: &str, data: serde_json::Value) -> Event {
+    Event::default().event(name).data(data.to_string())
+}
+
+fn sse_stream(mut rx: mpsc::Receiver<Reply>, mut guard: KillOnDrop, timeout_seconds: u64) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
+    async_stream::stream! {
+        // Bytes of a UTF-8 sequence split across chunks are held back until complete.
+        let mut pending: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
+        while let Some((msg, body)) = rx.recv().await {
+            match msg {
+                GuestMsg::Output { stream, .. } => {
+                    let (idx, name) = match stream { OutputStream::Stdout => (0, "stdout"), OutputStream::Stderr => (1, "stderr") };
+                    pending[idx].extend_from_slice(&body);
+                    let text = take_utf8(&mut pending[idx]);
+                    if !text.is_empty() {
+                        yield Ok(event(name, serde_json::json!({"chunk": text})));
+                    }
+                }
+                GuestMsg::Exited { exit_code, timed_out, .. } => {
+                    guard.disarm();
+                    for (idx, name) in [(0, "stdout"), (1, "stderr")] {
+                        if !pending[idx].is_empty() {
+                            let text = String::from_utf8_lossy(&pending[idx]).into_owned();
+                            yield Ok(event(name, serde_json::json!({"chunk": text})));
+                        }
+                    }
+                    if timed_out {
+                        yield Ok(event("error", serde_json::json!({"error": format!("command timeout after {timeout_seconds} s")})));
+                    } else {
+                        yield Ok(event("exit", serde_json::json!({"exit_code": exit_code})));
+                    }
+                    return;
+                }
+                GuestMsg::Error { message, .. } => {
+                    guard.disarm();
+                    yield Ok(event("error", serde_json::json!({"error": message})));
+                    return;
+                }
+                _ => {}
+            }
+        }
+        guard.disarm();
+        yield Ok(event("error", serde_json::json!({"error": "guest channel closed during exec"})));
+    }
+}
+
+/// Splits off the longest valid UTF-8 prefix of `buf` (invalid bytes are replaced, an
+/// incomplete trailing sequence of up to 3 bytes is kept for the next chunk).
+fn take_utf8(buf: &mut Vec<u8>) -> String {
+    let keep = match std::str::from_utf8(buf) {
+        Ok(_) => 0,
+        Err(e) if e.error_len().is_none() => buf.len() - e.valid_up_to(),
+        Err(_) => 0,
+    };
+    let rest = buf.split_off(buf.len() - keep);
+    let text = String::from_utf8_lossy(buf).into_owned();
+    *buf = rest;
+    text
+}
+
+async fn exec_stream(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, RequiredJson(req): RequiredJson<ExecRequest>) -> Result<Response, ApiError> {
+    let (conn, rid, rx, _live) = start(&st, &caller, &id, &req).await?;
+    let guard = KillOnDrop { conn, id: rid, armed: !req.background.unwrap_or(false) };
+    let stream = sse_stream(rx, guard, req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS));
+    let mut resp = Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(10)).text("ping")).into_response();
+    resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_utf8;
+
+    #[test]
+    fn split_utf8_sequences_are_held_back() {
+        let mut b = "hé".as_bytes()[..2].to_vec();
+        assert_eq!(take_utf8(&mut b), "h");
+        b.extend_from_slice(&"é".as_bytes()[1..]);
+        assert_eq!(take_utf8(&mut b), "é");
+        let mut bad = vec![b'a', 0xff, b'b'];
+        assert_eq!(take_utf8(&mut bad), "a\u{fffd}b");
+    }
+}

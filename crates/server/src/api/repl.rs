@@ -1,0 +1,123 @@
+//! Code contexts (contract §2.2, §2.3, §4): `POST .../repl/sessions` opens a context bound to a
+//! kernel, `POST .../repl/sessions/{ctx}/run` runs a cell, `DELETE` closes it, `GET` lists
+//! contexts and live kernels.
+//!
+//! Kernel adoption (seed 000 §2): opening a context adopts the most recently used live kernel
+//! of that language that no open context holds (one that survived a restore or fork, or the
+//! warmed kernel of a template snapshot); only when there is none is a new kernel started.
+
+use crate::auth::Caller;
+use crate::error::{from_guest, ApiError};
+use crate::extract::{sandbox_id, JsonBody, RequiredJson};
+use crate::AppState;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use pandastack_api::{CodeContext, CreateContext, Execution, RunCode};
+use pandastack_guest_protocol::{GuestMsg, HostMsg};
+use pandastack_store::{now_ms, ContextRow};
+use serde_json::json;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/sandboxes/:id/repl/sessions", post(create).get(list))
+        .route("/sandboxes/:id/repl/sessions/:ctx", delete(close))
+        .route("/sandboxes/:id/repl/sessions/:ctx/run", post(run))
+        .route("/sandboxes/:id/repl", get(list))
+}
+
+fn language(raw: Option<String>) -> Result<String, ApiError> {
+    let l = raw.unwrap_or_else(|| "python".into()).to_lowercase();
+    match l.as_str() {
+        "python" | "python3" | "py" => Ok("python".into()),
+        other => Err(ApiError::BadRequest(format!("language '{other}' is not supported; use 'python'"))),
+    }
+}
+
+async fn create(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(req): JsonBody<CreateContext>) -> Result<(StatusCode, Json<CodeContext>), ApiError> {
+    let lang = language(req.language)?;
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let ready = live.ready().await?;
+    let held: Vec<String> = st.host.store.open_contexts(&live.id)?.into_iter().map(|c| c.kernel_id).collect();
+    let kernels = match ready.conn.call(HostMsg::KernelList { id: ready.conn.new_id() }).await? {
+        (GuestMsg::Kernels { kernels, .. }, _) => kernels,
+        (GuestMsg::Error { code, message, .. }, _) => return Err(from_guest(code, message)),
+        _ => Vec::new(),
+    };
+    let adoptable = kernels.into_iter().filter(|k| k.language == lang && !held.contains(&k.kernel_id)).max_by_key(|k| k.last_used_ms);
+    let (kernel_id, adopted) = match adoptable {
+        Some(k) => (k.kernel_id, true),
+        None => {
+            let kernel_id = format!("k-{}", uuid::Uuid::new_v4().simple());
+            let msg = HostMsg::KernelStart { id: ready.conn.new_id(), kernel_id: kernel_id.clone(), language: lang.clone(), env: ready.envs.clone() };
+            match ready.conn.call(msg).await? {
+                (GuestMsg::KernelStarted { .. }, _) => {}
+                (GuestMsg::Error { code, message, .. }, _) => return Err(from_guest(code, message)),
+                (other, _) => return Err(ApiError::internal("kernel start", format!("unexpected reply {other:?}"))),
+            }
+            (kernel_id, false)
+        }
+    };
+    let ctx = ContextRow { id: format!("ctx-{}", uuid::Uuid::new_v4().simple()), sandbox_id: live.id.clone(), kernel_id: kernel_id.clone(), language: lang.clone(), created_at: now_ms(), closed_at: None };
+    st.host.store.insert_context(&ctx)?;
+    Ok((StatusCode::CREATED, Json(CodeContext { id: ctx.id, language: lang, kernel_id, adopted })))
+}
+
+async fn run(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path<(String, String)>, RequiredJson(req): RequiredJson<RunCode>) -> Result<Json<Execution>, ApiError> {
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let ready = live.ready().await?;
+    let context = st
+        .host
+        .store
+        .open_contexts(&live.id)?
+        .into_iter()
+        .find(|c| c.id == ctx)
+        .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
+    let msg = HostMsg::KernelRun { id: ready.conn.new_id(), kernel_id: context.kernel_id, code: req.code, timeout_ms: req.timeout_ms };
+    let reply = ready.conn.call(msg).await?;
+    live.touch().await;
+    match reply {
+        (GuestMsg::KernelResult { execution: e, .. }, _) => Ok(Json(Execution {
+            results: e.results,
+            stdout: e.stdout,
+            stderr: e.stderr,
+            error: e.error,
+            exit: e.exit_code,
+            exit_code: e.exit_code,
+            duration_ms: e.duration_ms,
+        })),
+        (GuestMsg::Error { code, message, .. }, _) => Err(from_guest(code, message)),
+        (other, _) => Err(ApiError::internal("kernel run", format!("unexpected reply {other:?}"))),
+    }
+}
+
+async fn close(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path<(String, String)>) -> Result<StatusCode, ApiError> {
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let context = st
+        .host
+        .store
+        .open_contexts(&live.id)?
+        .into_iter()
+        .find(|c| c.id == ctx)
+        .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
+    st.host.store.close_context(&live.id, &ctx, now_ms())?;
+    if let Ok(ready) = live.ready().await {
+        let _ = ready.conn.call(HostMsg::KernelStop { id: ready.conn.new_id(), kernel_id: context.kernel_id }).await;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let contexts = st.host.store.open_contexts(&live.id)?;
+    let ready = live.ready().await?;
+    let kernels = match ready.conn.call(HostMsg::KernelList { id: ready.conn.new_id() }).await? {
+        (GuestMsg::Kernels { kernels, .. }, _) => kernels,
+        _ => Vec::new(),
+    };
+    Ok(Json(json!({
+        "sessions": contexts.iter().map(|c| json!({"id": c.id, "kernel_id": c.kernel_id, "language": c.language, "created_at": super::rfc3339(c.created_at)})).collect::<Vec<_>>(),
+        "kernels": kernels.iter().map(|k| json!({"kernel_id": k.kernel_id, "language": k.language, "pid": k.pid, "last_used_ms": k.last_used_ms, "attached": contexts.iter().any(|c| c.kernel_id == k.kernel_id)})).collect::<Vec<_>>(),
+    })))
+}

@@ -1,0 +1,116 @@
+//! `POST/GET /v1/sandboxes`, `GET/DELETE /v1/sandboxes/{id}`, `GET/PATCH .../lifecycle`
+//! (contract §2.1, §2.2).
+
+use super::sandbox_json;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{sandbox_id, JsonBody};
+use crate::host::CreateSpec;
+use crate::AppState;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use pandastack_api::{CreateSandbox, Lifecycle, LifecyclePatch, Sandbox};
+use pandastack_store::now_ms;
+
+/// Largest accepted `ttl_seconds` (30 days).
+pub const MAX_TTL_SECONDS: i64 = 30 * 24 * 3600;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/sandboxes", get(list).post(create))
+        .route("/sandboxes/:id", get(get_one).delete(delete))
+        .route("/sandboxes/:id/lifecycle", get(lifecycle).patch(patch_lifecycle))
+}
+
+fn check_ttl(ttl: i64) -> Result<i64, ApiError> {
+    if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
+        return Err(ApiError::BadRequest(format!("ttl_seconds must be between 1 and {MAX_TTL_SECONDS}, got {ttl}")));
+    }
+    Ok(ttl)
+}
+
+async fn create(State(st): State<AppState>, caller: Caller, JsonBody(req): JsonBody<CreateSandbox>) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+    let ttl = check_ttl(req.ttl_seconds.unwrap_or(st.host.cfg.default_ttl_seconds))?;
+    if req.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::BadRequest("volumes: volumes are not supported by this server yet".into()));
+    }
+    if req.from_snapshot.is_some() {
+        return Err(ApiError::BadRequest("from_snapshot: snapshots are not supported by this server yet".into()));
+    }
+    let template = req.template.unwrap_or_else(|| "code-interpreter".into());
+    if let Some(envs) = &req.envs {
+        for k in envs.keys() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(ApiError::BadRequest(format!("envs: invalid variable name '{k}'")));
+            }
+        }
+    }
+    let spec = CreateSpec {
+        workspace_id: caller.workspace_id,
+        template,
+        ttl_seconds: ttl,
+        persistent: req.persistent.unwrap_or(false),
+        metadata: req.metadata.unwrap_or_default(),
+        envs: req.envs.unwrap_or_default(),
+    };
+    let live = st.host.create(spec).await?;
+    let row = live.snapshot_row().await;
+    Ok((StatusCode::CREATED, Json(sandbox_json(&row))))
+}
+
+async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<Sandbox>>, ApiError> {
+    let rows = st.host.store.live_sandboxes(Some(&caller.workspace_id))?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        // The in-memory row is fresher (last activity, boot figures) than the stored one.
+        match st.host.get(&caller.workspace_id, &r.id) {
+            Ok(live) => out.push(sandbox_json(&live.snapshot_row().await)),
+            Err(_) => out.push(sandbox_json(&r)),
+        }
+    }
+    Ok(Json(out))
+}
+
+async fn get_one(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Sandbox>, ApiError> {
+    let id = sandbox_id(&id)?;
+    let live = st.host.get(&caller.workspace_id, &id)?;
+    Ok(Json(sandbox_json(&live.snapshot_row().await)))
+}
+
+async fn delete(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    let id = sandbox_id(&id)?;
+    let live = st.host.get(&caller.workspace_id, &id)?;
+    st.host.destroy(&live, "api").await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn lifecycle_of(live: &crate::host::Live) -> Lifecycle {
+    let r = live.row.lock().await;
+    Lifecycle { ttl_seconds: r.ttl_seconds, persistent: r.persistent, idle_seconds: (now_ms() - r.last_active_at).max(0) / 1000 }
+}
+
+async fn lifecycle(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Lifecycle>, ApiError> {
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let out = lifecycle_of(&live).await;
+    live.touch().await;
+    Ok(Json(out))
+}
+
+async fn patch_lifecycle(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(p): JsonBody<LifecyclePatch>) -> Result<Json<Lifecycle>, ApiError> {
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let ttl = p.ttl_seconds.map(check_ttl).transpose()?;
+    {
+        let mut r = live.row.lock().await;
+        if let Some(t) = ttl {
+            r.ttl_seconds = t;
+        }
+        if let Some(pers) = p.persistent {
+            r.persistent = pers;
+        }
+        r.last_active_at = now_ms();
+        st.host.store.put_sandbox(&r)?;
+    }
+    Ok(Json(lifecycle_of(&live).await))
+}

@@ -1,0 +1,118 @@
+//! API keys and the [`Caller`] extractor.
+//!
+//! A key is `pds_` + 40 random alphanumerics. Its first 12 characters are its *prefix*, the
+//! public handle stored in clear; only the SHA-256 of the whole key is stored. Requests carry
+//! `Authorization: Bearer <key>` (contract §1.2).
+
+use crate::error::ApiError;
+use crate::AppState;
+use axum::async_trait;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use pandastack_store::{now_ms, ApiKeyRow, Store, StoreError, WorkspaceRow};
+use rand::distributions::Alphanumeric;
+use rand::Rng;
+use sha2::{Digest, Sha256};
+
+/// Length of a key's public prefix, `pds_` included.
+pub const PREFIX_LEN: usize = 12;
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub workspace_id: String,
+    /// Prefix of the key used.
+    pub key_prefix: String,
+}
+
+fn hash(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// Creates a key for `workspace_id` and returns `(secret, row)`. The secret is shown once.
+///
+/// # Errors
+/// Store errors.
+pub fn create_key(store: &Store, workspace_id: &str, label: &str, expires_at: Option<i64>) -> Result<(String, ApiKeyRow), StoreError> {
+    let secret: String = rand::thread_rng().sample_iter(&Alphanumeric).take(40).map(char::from).collect();
+    let key = format!("pds_{secret}");
+    let row = ApiKeyRow {
+        prefix: key[..PREFIX_LEN].to_string(),
+        workspace_id: workspace_id.to_string(),
+        label: label.to_string(),
+        hash: hash(&key),
+        created_at: now_ms(),
+        expires_at,
+        revoked_at: None,
+    };
+    store.insert_api_key(&row)?;
+    Ok((key, row))
+}
+
+/// Creates a workspace named `name` with an admin key; returns `(workspace_id, key)`.
+///
+/// # Errors
+/// Store errors.
+pub fn create_workspace(store: &Store, name: &str) -> Result<(String, String), StoreError> {
+    let id = format!("ws-{}", uuid::Uuid::new_v4().simple());
+    store.insert_workspace(&WorkspaceRow { id: id.clone(), name: name.to_string(), created_at: now_ms() })?;
+    let (key, _) = create_key(store, &id, "admin", None)?;
+    Ok((id, key))
+}
+
+/// Resolves a bearer key to its workspace.
+///
+/// # Errors
+/// 401 for a missing, unknown, revoked or expired key.
+pub fn authenticate(store: &Store, key: &str) -> Result<Caller, ApiError> {
+    let bad = || ApiError::Unauthorized("invalid API key".into());
+    if key.len() <= PREFIX_LEN || !key.starts_with("pds_") {
+        return Err(bad());
+    }
+    let row = store.api_key(&key[..PREFIX_LEN])?.ok_or_else(bad)?;
+    let expired = row.expires_at.is_some_and(|t| t <= now_ms());
+    if row.revoked_at.is_some() || expired || !constant_time_eq(row.hash.as_bytes(), hash(key).as_bytes()) {
+        return Err(bad());
+    }
+    Ok(Caller { workspace_id: row.workspace_id, key_prefix: row.prefix })
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[async_trait]
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <API key>".into()))?;
+        let key = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .ok_or_else(|| ApiError::Unauthorized("Authorization must be 'Bearer <API key>'".into()))?;
+        authenticate(&state.host.store, key.trim())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_authenticate_until_revoked() {
+        let store = Store::open_in_memory().unwrap();
+        let (ws, key) = create_workspace(&store, "default").unwrap();
+        assert_eq!(authenticate(&store, &key).unwrap().workspace_id, ws);
+        assert!(authenticate(&store, "pds_nope_nope_nope").is_err());
+        let mut forged = key.clone();
+        forged.push('x');
+        assert!(authenticate(&store, &forged).is_err());
+        store.revoke_api_key(&ws, &key[..PREFIX_LEN], now_ms()).unwrap();
+        assert!(authenticate(&store, &key).is_err());
+    }
+}

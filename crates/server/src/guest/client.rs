@@ -1,0 +1,226 @@
+//! [`GuestConn`]: a connection to one instance's guest daemon through its shim socket.
+//!
+//! A writer task owns the socket's write half and sends queued frames in order; a reader task
+//! decodes frames and routes each to the request that owns its id. Replies to ids nobody waits
+//! for (a request of a previous server process, a cancelled stream) are dropped. Each request's
+//! reply channel is bounded, so a slow consumer (an HTTP download) applies backpressure to the
+//! reader instead of buffering a whole file; a consumer that stops taking frames for
+//! [`STALL_TIMEOUT`] loses its request so other requests keep flowing.
+
+use pandastack_guest_protocol::{Frame, FrameError, GuestMsg, HostMsg, RequestId, MAX_BODY_BYTES, MAX_HEADER_BYTES, PROTOCOL_VERSION};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+/// How long a reply may wait for its consumer before the request is dropped.
+const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Frames buffered per request (file chunks are up to 1 MiB each).
+const REPLY_BUFFER: usize = 16;
+
+/// A reply frame: the decoded message and its raw body.
+pub type Reply = (GuestMsg, Vec<u8>);
+
+/// Errors talking to a guest.
+#[derive(Debug, thiserror::Error)]
+pub enum GuestError {
+    /// The channel is down (the sandbox is stopping, or its shim is gone). The message carries
+    /// "connection refused" so the SDKs' warm-up retry applies (contract §1.4).
+    #[error("guest channel: connect: connection refused ({0})")]
+    Unavailable(String),
+    /// The guest speaks another protocol version.
+    #[error("guest speaks protocol {0}, host speaks {PROTOCOL_VERSION}")]
+    Version(String),
+    #[error("guest channel: {0}")]
+    Frame(#[from] FrameError),
+}
+
+type Pending = Arc<Mutex<HashMap<RequestId, mpsc::Sender<Reply>>>>;
+
+/// A live connection. Cloning shares it.
+#[derive(Clone)]
+pub struct GuestConn {
+    tx: mpsc::Sender<Frame>,
+    pending: Pending,
+    next_id: Arc<AtomicU64>,
+    alive: Arc<AtomicBool>,
+}
+
+impl GuestConn {
+    /// Connects to the shim socket at `path` and performs the version handshake.
+    ///
+    /// # Errors
+    /// [`GuestError::Unavailable`] when the socket does not answer within `timeout`,
+    /// [`GuestError::Version`] on a version mismatch.
+    pub async fn connect(path: &Path, timeout: Duration) -> Result<Self, GuestError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match Self::try_connect(path).await {
+                Ok(conn) => match tokio::time::timeout_at(deadline, conn.hello()).await {
+                    Ok(Ok(())) => return Ok(conn),
+                    Ok(Err(GuestError::Version(v))) => return Err(GuestError::Version(v)),
+                    Ok(Err(e)) => {
+                        if tokio::time::Instant::now() >= deadline {
+                            return Err(e);
+                        }
+                    }
+                    Err(_) => return Err(GuestError::Unavailable("handshake timed out".into())),
+                },
+                Err(e) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(GuestError::Unavailable(e.to_string()));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+    }
+
+    async fn try_connect(path: &Path) -> std::io::Result<Self> {
+        let stream = UnixStream::connect(path).await?;
+        let (mut rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Frame>(64);
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let a = alive.clone();
+        tokio::spawn(async move {
+            while let Some(f) = rx.recv().await {
+                let r = async {
+                    wr.write_all(&f.prefix()).await?;
+                    wr.write_all(&f.header).await?;
+                    wr.write_all(&f.body).await
+                }
+                .await;
+                if r.is_err() {
+                    a.store(false, Ordering::SeqCst);
+                    break;
+                }
+            }
+        });
+        let p = pending.clone();
+        let a = alive.clone();
+        tokio::spawn(async move {
+            if let Err(e) = read_loop(&mut rd, &p).await {
+                debug!(error = %e, "guest channel closed");
+            }
+            a.store(false, Ordering::SeqCst);
+            // Dropping the senders ends every waiting request with "channel closed".
+            p.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        });
+        // Ids start from the clock so that replies still addressed to a previous server
+        // process's requests can never match a new request.
+        let base = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(1);
+        Ok(GuestConn { tx, pending, next_id: Arc::new(AtomicU64::new(base)), alive })
+    }
+
+    async fn hello(&self) -> Result<(), GuestError> {
+        let id = self.new_id();
+        match self.call(HostMsg::Hello { id, version: PROTOCOL_VERSION }).await? {
+            (GuestMsg::HelloOk { .. }, _) => Ok(()),
+            (GuestMsg::Error { message, .. }, _) => Err(GuestError::Version(message)),
+            (other, _) => Err(GuestError::Version(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// True until the socket fails.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// A fresh request id.
+    pub fn new_id(&self) -> RequestId {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends `msg` (with `body`) and returns the stream of replies for its id.
+    ///
+    /// # Errors
+    /// [`GuestError::Unavailable`] when the channel is down.
+    pub async fn request(&self, msg: HostMsg, body: Vec<u8>) -> Result<mpsc::Receiver<Reply>, GuestError> {
+        let (tx, rx) = mpsc::channel(REPLY_BUFFER);
+        let id = msg.id();
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        if let Err(e) = self.send(msg, body).await {
+            self.forget(id);
+            return Err(e);
+        }
+        Ok(rx)
+    }
+
+    /// Sends a frame that expects no reply of its own (a file chunk, a kill).
+    ///
+    /// # Errors
+    /// [`GuestError::Unavailable`] when the channel is down.
+    pub async fn send(&self, msg: HostMsg, body: Vec<u8>) -> Result<(), GuestError> {
+        if !self.is_alive() {
+            return Err(GuestError::Unavailable("channel closed".into()));
+        }
+        let frame = Frame::new(&msg, body)?;
+        self.tx.send(frame).await.map_err(|_| GuestError::Unavailable("channel closed".into()))
+    }
+
+    /// Sends `msg` and waits for its single final reply.
+    ///
+    /// # Errors
+    /// [`GuestError::Unavailable`] when the channel closes first.
+    pub async fn call(&self, msg: HostMsg) -> Result<Reply, GuestError> {
+        let id = msg.id();
+        let mut rx = self.request(msg, Vec::new()).await?;
+        while let Some(reply) = rx.recv().await {
+            if reply.0.is_final() {
+                self.forget(id);
+                return Ok(reply);
+            }
+        }
+        Err(GuestError::Unavailable("channel closed".into()))
+    }
+
+    /// Stops routing replies for `id` (a finished or abandoned request).
+    pub fn forget(&self, id: RequestId) {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+}
+
+async fn read_loop(rd: &mut tokio::net::unix::OwnedReadHalf, pending: &Pending) -> Result<(), GuestError> {
+    loop {
+        let mut prefix = [0u8; 8];
+        if let Err(e) = rd.read_exact(&mut prefix).await {
+            return Err(GuestError::Frame(FrameError::Io(e)));
+        }
+        let (hlen, blen) = Frame::parse_prefix(&prefix)?;
+        debug_assert!(hlen <= MAX_HEADER_BYTES && blen <= MAX_BODY_BYTES);
+        let mut header = vec![0u8; hlen as usize];
+        rd.read_exact(&mut header).await.map_err(FrameError::Io)?;
+        let mut body = vec![0u8; blen as usize];
+        rd.read_exact(&mut body).await.map_err(FrameError::Io)?;
+        let msg: GuestMsg = match serde_json::from_slice(&header) {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "undecodable guest frame skipped");
+                continue;
+            }
+        };
+        let id = msg.id();
+        let is_final = msg.is_final();
+        let sender = pending.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
+        let Some(sender) = sender else { continue };
+        match tokio::time::timeout(STALL_TIMEOUT, sender.send((msg, body))).await {
+            Ok(Ok(())) => {}
+            _ => {
+                warn!(request_id = id, "guest reply consumer stalled or gone; request dropped");
+                pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            }
+        }
+        if is_final {
+            pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        }
+    }
+}

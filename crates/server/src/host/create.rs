@@ -1,0 +1,130 @@
+//! Creating a sandbox: a row in `creating`, an engine boot, the guest handshake, `running`.
+//! Any failure destroys what was started and leaves the row `failed` (never half-created).
+
+use super::{Host, Live};
+use crate::error::ApiError;
+use crate::guest::GuestConn;
+use crate::state::SandboxState;
+use pandastack_engine::{instance_id_from, SandboxSpec};
+use pandastack_store::{now_ms, SandboxRow};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a fresh guest may take to answer its first handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A validated create request.
+#[derive(Debug, Clone)]
+pub struct CreateSpec {
+    pub workspace_id: String,
+    pub template: String,
+    pub ttl_seconds: i64,
+    pub persistent: bool,
+    pub metadata: BTreeMap<String, String>,
+    pub envs: BTreeMap<String, String>,
+}
+
+impl Host {
+    /// Makes a new engine instance spec under `<data_dir>/instances/<instance id>`.
+    pub fn instance_spec(&self, rootfs: &str, guest_dir: &str, cpu: u32, memory_mb: u32) -> SandboxSpec {
+        let instance_id = instance_id_from(*uuid::Uuid::new_v4().as_bytes());
+        SandboxSpec {
+            dir: self.cfg.data_dir.join("instances").join(&instance_id),
+            instance_id,
+            rootfs: PathBuf::from(rootfs),
+            guest_dir: PathBuf::from(guest_dir),
+            cpu,
+            memory_mb,
+            hostname: "sandbox".into(),
+        }
+    }
+
+    /// Creates and boots a sandbox from a template (cold boot).
+    ///
+    /// # Errors
+    /// 400 for an unknown template; 500 when the boot fails (the row is left `failed` and
+    /// everything started is destroyed).
+    pub async fn create(&self, spec: CreateSpec) -> Result<Arc<Live>, ApiError> {
+        let started = Instant::now();
+        let tpl = self
+            .templates
+            .get(&spec.template)
+            .map_err(|e| ApiError::internal("template lookup", e))?
+            .ok_or_else(|| ApiError::BadRequest(format!("unknown template '{}'; see GET /v1/templates", spec.template)))?;
+        let now = now_ms();
+        let row = SandboxRow {
+            id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            workspace_id: spec.workspace_id.clone(),
+            template: tpl.name.clone(),
+            template_generation: tpl.generation as i64,
+            status: SandboxState::Creating.as_str().into(),
+            cpu: tpl.cpu,
+            memory_mb: tpl.memory_mb,
+            metadata: spec.metadata,
+            envs: spec.envs,
+            ttl_seconds: spec.ttl_seconds,
+            persistent: spec.persistent,
+            created_at: now,
+            last_active_at: now,
+            instance_id: None,
+            instance_dir: None,
+            rootfs: tpl.rootfs.display().to_string(),
+            guest_dir: self.cfg.guest_dir.display().to_string(),
+            boot_ms: None,
+            boot_mode: "cold".into(),
+            from_snapshot: None,
+            hibernate_image: None,
+            deleted_at: None,
+        };
+        self.store.put_sandbox(&row)?;
+        let live = Arc::new(Live::new(row));
+        self.insert(live.clone());
+        match self.boot_cold(&live).await {
+            Ok(conn) => {
+                live.set_conn(conn).await;
+                live.row.lock().await.boot_ms = Some(started.elapsed().as_millis() as i64);
+                self.set_state(&live, SandboxState::Running, "create").await?;
+                Ok(live)
+            }
+            Err(e) => {
+                self.fail(&live, "boot failed").await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn boot_cold(&self, live: &Live) -> Result<GuestConn, ApiError> {
+        let (rootfs, guest_dir, cpu, mem) = {
+            let r = live.row.lock().await;
+            (r.rootfs.clone(), r.guest_dir.clone(), r.cpu, r.memory_mb)
+        };
+        let spec = self.instance_spec(&rootfs, &guest_dir, cpu, mem);
+        {
+            let mut r = live.row.lock().await;
+            r.instance_id = Some(spec.instance_id.clone());
+            r.instance_dir = Some(spec.dir.display().to_string());
+            self.store.put_sandbox(&r)?;
+        }
+        let inst = self.engine.boot(&spec).await.map_err(|e| ApiError::internal("sandbox boot", e))?;
+        GuestConn::connect(&inst.guest_socket, HANDSHAKE_TIMEOUT)
+            .await
+            .map_err(|e| ApiError::internal("guest handshake", e))
+    }
+
+    /// Marks a sandbox `failed` and releases its instance (the row stays, so the user sees why).
+    pub async fn fail(&self, live: &Arc<Live>, cause: &str) {
+        live.drop_conn().await;
+        let (id, dir) = {
+            let mut r = live.row.lock().await;
+            (r.instance_id.take(), r.instance_dir.take())
+        };
+        if let (Some(id), Some(dir)) = (id, dir) {
+            let _ = self.engine.destroy(&id, std::path::Path::new(&dir)).await;
+        }
+        if let Err(e) = self.set_state(live, SandboxState::Failed, cause).await {
+            tracing::warn!(sandbox_id = %live.id, error = %e, "marking sandbox failed");
+        }
+    }
+}

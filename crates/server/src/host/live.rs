@@ -1,0 +1,105 @@
+//! [`Live`]: the host agent's handle on one sandbox.
+
+use crate::error::ApiError;
+use crate::guest::GuestConn;
+use pandastack_store::{now_ms, SandboxRow};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::{Mutex, RwLock};
+
+/// How long a request waits for a guest connection to come up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One sandbox known to this host.
+pub struct Live {
+    pub id: String,
+    pub workspace_id: String,
+    /// The sandbox's row, written through to the store on every state change.
+    pub row: Mutex<SandboxRow>,
+    conn: Mutex<Option<GuestConn>>,
+    /// Requests (exec, files, kernels) hold it shared; lifecycle operations (pause, snapshot,
+    /// hibernate, delete) hold it exclusively, so they never cut a request in half.
+    pub gate: std::sync::Arc<RwLock<()>>,
+}
+
+impl Live {
+    /// Wraps a row.
+    pub fn new(row: SandboxRow) -> Self {
+        Live { id: row.id.clone(), workspace_id: row.workspace_id.clone(), row: Mutex::new(row), conn: Mutex::new(None), gate: std::sync::Arc::new(RwLock::new(())) }
+    }
+
+    /// The guest connection of the current instance, connecting (and handshaking) if needed.
+    ///
+    /// # Errors
+    /// 503 "connection refused" when the sandbox has no running instance or its guest does
+    /// not answer.
+    pub async fn guest(&self) -> Result<GuestConn, ApiError> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = conn.as_ref() {
+            if c.is_alive() {
+                return Ok(c.clone());
+            }
+        }
+        let socket = {
+            let row = self.row.lock().await;
+            row.instance_dir.as_ref().map(|d| PathBuf::from(d).join("guest.sock"))
+        };
+        let socket = socket.ok_or_else(|| ApiError::Unavailable("guest channel: connect: connection refused (no instance)".into()))?;
+        let c = GuestConn::connect(&socket, CONNECT_TIMEOUT).await?;
+        *conn = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Installs an already handshaken connection (after boot).
+    pub async fn set_conn(&self, c: GuestConn) {
+        *self.conn.lock().await = Some(c);
+    }
+
+    /// Drops the connection (before the instance goes away).
+    pub async fn drop_conn(&self) {
+        *self.conn.lock().await = None;
+    }
+
+    /// Records API activity: the TTL counts from now.
+    pub async fn touch(&self) {
+        self.row.lock().await.last_active_at = now_ms();
+    }
+
+    fn gate_arc(&self) -> std::sync::Arc<RwLock<()>> {
+        self.gate.clone()
+    }
+
+    /// A copy of the row.
+    pub async fn snapshot_row(&self) -> SandboxRow {
+        self.row.lock().await.clone()
+    }
+}
+
+/// A sandbox ready to serve a request: its guest connection, with the lifecycle gate held
+/// shared for as long as this lives.
+pub struct Ready {
+    pub conn: GuestConn,
+    pub envs: std::collections::BTreeMap<String, String>,
+    _gate: tokio::sync::OwnedRwLockReadGuard<()>,
+}
+
+impl Live {
+    /// Waits for lifecycle operations in progress, checks the sandbox is running, records
+    /// activity and returns its guest connection.
+    ///
+    /// # Errors
+    /// 409 naming the state when the sandbox is not running; 503 when the guest is unreachable.
+    pub async fn ready(self: &std::sync::Arc<Self>) -> Result<Ready, ApiError> {
+        let gate = self.gate_arc().read_owned().await;
+        let (status, envs) = {
+            let r = self.row.lock().await;
+            (r.status.clone(), r.envs.clone())
+        };
+        if status != "running" {
+            return Err(ApiError::Conflict(format!("sandbox is {status}; it must be running")));
+        }
+        self.touch().await;
+        let conn = self.guest().await?;
+        Ok(Ready { conn, envs, _gate: gate })
+    }
+}

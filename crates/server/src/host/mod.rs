@@ -1,0 +1,131 @@
+//! The host agent: owns the sandboxes running on this host. It boots, adopts and destroys
+//! engine instances, keeps each sandbox's guest connection, records every state change (store
+//! row + event), and runs the background sweepers (TTL).
+
+mod create;
+mod guest_dir;
+mod live;
+mod recover;
+mod sweeper;
+
+pub use create::CreateSpec;
+pub use guest_dir::install_guest_dir;
+pub use live::Live;
+
+use crate::error::ApiError;
+use crate::state::{transition, SandboxState};
+use pandastack_engine::Engine;
+use pandastack_store::{now_ms, EventRow, Store};
+use pandastack_templates::TemplateStore;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::broadcast;
+use tracing::info;
+
+/// Settings of the host agent.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Root of everything on disk (`store.db`, `templates/`, `instances/`, `snapshots/`, ...).
+    pub data_dir: PathBuf,
+    /// Content-addressed directory holding the guest daemon and kernel driver.
+    pub guest_dir: PathBuf,
+    /// TTL when a create gives none, seconds (seed 003: 3600).
+    pub default_ttl_seconds: i64,
+}
+
+/// The host agent. Shared as `Arc<Host>`.
+pub struct Host {
+    pub store: Arc<Store>,
+    pub engine: Arc<dyn Engine>,
+    pub templates: Arc<TemplateStore>,
+    pub cfg: HostConfig,
+    live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Every lifecycle event, as it is recorded (for `/v1/events` subscribers).
+    pub events: broadcast::Sender<EventRow>,
+}
+
+impl Host {
+    /// Creates the host agent. Call [`Host::recover`] before serving.
+    pub fn new(store: Arc<Store>, engine: Arc<dyn Engine>, templates: Arc<TemplateStore>, cfg: HostConfig) -> Arc<Self> {
+        let (events, _) = broadcast::channel(1024);
+        Arc::new(Host { store, engine, templates, cfg, live: Mutex::default(), events })
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The sandbox `id` of workspace `workspace_id`.
+    ///
+    /// # Errors
+    /// 404 when it does not exist, is deleted, or belongs to another workspace (the same
+    /// answer in all three cases, so ids of other workspaces cannot be probed).
+    pub fn get(&self, workspace_id: &str, id: &str) -> Result<Arc<Live>, ApiError> {
+        match self.map().get(id) {
+            Some(l) if l.workspace_id == workspace_id => Ok(l.clone()),
+            _ => Err(ApiError::NotFound(format!("sandbox {id} not found"))),
+        }
+    }
+
+    /// All live sandboxes (any workspace), for sweepers and metrics.
+    pub fn all(&self) -> Vec<Arc<Live>> {
+        self.map().values().cloned().collect()
+    }
+
+    fn insert(&self, live: Arc<Live>) {
+        self.map().insert(live.id.clone(), live);
+    }
+
+    fn remove(&self, id: &str) {
+        self.map().remove(id);
+    }
+
+    /// Moves `live` to state `to`, persisting the row and recording an event.
+    ///
+    /// # Errors
+    /// 409 when the transition is not allowed; store errors.
+    pub async fn set_state(&self, live: &Live, to: SandboxState, cause: &str) -> Result<(), ApiError> {
+        let mut row = live.row.lock().await;
+        let from = SandboxState::parse(&row.status);
+        transition(from, to)?;
+        row.status = to.as_str().to_string();
+        if to == SandboxState::Deleted {
+            row.deleted_at = Some(now_ms());
+        }
+        self.store.put_sandbox(&row)?;
+        let ev = self.store.insert_event(&row.workspace_id, &row.id, from.as_str(), to.as_str(), cause, now_ms())?;
+        info!(sandbox_id = %row.id, from = %from, to = %to, cause, "sandbox state");
+        let _ = self.events.send(ev);
+        Ok(())
+    }
+
+    /// Kills a sandbox and releases everything it held (instance, hibernation image, row
+    /// state `deleted`). Idempotent for a sandbox already being deleted.
+    ///
+    /// # Errors
+    /// Store errors; engine errors are logged (the row is deleted regardless, the instance
+    /// directory is retried by the orphan sweep at the next start).
+    pub async fn destroy(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
+        let _gate = live.gate.write().await;
+        let (instance, dir, image) = {
+            let row = live.row.lock().await;
+            if row.status == SandboxState::Deleted.as_str() {
+                return Ok(());
+            }
+            (row.instance_id.clone(), row.instance_dir.clone(), row.hibernate_image.clone())
+        };
+        live.drop_conn().await;
+        if let (Some(id), Some(dir)) = (instance, dir) {
+            if let Err(e) = self.engine.destroy(&id, std::path::Path::new(&dir)).await {
+                tracing::warn!(sandbox_id = %live.id, error = %e, "destroying instance");
+            }
+        }
+        if let Some(image) = image {
+            let _ = std::fs::remove_dir_all(image);
+        }
+        self.set_state(live, SandboxState::Deleted, cause).await?;
+        self.remove(&live.id);
+        Ok(())
+    }
+}

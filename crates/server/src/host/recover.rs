@@ -1,0 +1,50 @@
+//! Start-up recovery: re-adopt every sandbox the store says exists, and destroy engine
+//! instances nobody owns. This is what makes `kill -9` of the server lose nothing: instances
+//! and their shims live on in their own sessions; the new server reconnects to their sockets.
+
+use super::{Host, Live};
+use crate::state::SandboxState;
+use pandastack_engine::InstanceStatus;
+use std::collections::HashSet;
+use std::sync::Arc;
+use tracing::{info, warn};
+
+impl Host {
+    /// Re-adopts live sandboxes and destroys orphans. Sandboxes whose instance is gone are
+    /// marked `failed`.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn recover(self: &Arc<Self>) -> Result<(), crate::error::ApiError> {
+        let rows = self.store.live_sandboxes(None)?;
+        let mut owned = HashSet::new();
+        for row in rows {
+            let state = SandboxState::parse(&row.status);
+            let live = Arc::new(Live::new(row.clone()));
+            self.insert(live.clone());
+            match (state, row.instance_id.as_deref()) {
+                (SandboxState::Hibernated | SandboxState::Failed, _) => {}
+                (SandboxState::Running | SandboxState::Paused, Some(iid)) => {
+                    owned.insert(iid.to_string());
+                    let status = self.engine.status(iid).await.unwrap_or(InstanceStatus::Missing);
+                    let alive = matches!(status, InstanceStatus::Running | InstanceStatus::Paused);
+                    if alive {
+                        info!(sandbox_id = %row.id, instance_id = iid, "re-adopted sandbox");
+                    } else {
+                        warn!(sandbox_id = %row.id, instance_id = iid, ?status, "instance gone after restart");
+                        self.fail(&live, "instance lost while the server was down").await;
+                    }
+                }
+                _ => self.fail(&live, "server stopped during a transition").await,
+            }
+        }
+        for iid in self.engine.list().await.unwrap_or_default() {
+            if !owned.contains(&iid) {
+                warn!(instance_id = %iid, "destroying orphan instance");
+                let dir = self.cfg.data_dir.join("instances").join(&iid);
+                let _ = self.engine.destroy(&iid, &dir).await;
+            }
+        }
+        Ok(())
+    }
+}

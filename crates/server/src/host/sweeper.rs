@@ -1,0 +1,42 @@
+//! The TTL sweeper (seed 003 "TTL and persistence"): a non-persistent sandbox whose last API
+//! activity is older than its `ttl_seconds` is destroyed. It runs every 250 ms, so a sandbox
+//! is gone well within 2 s of expiry.
+
+use super::Host;
+use pandastack_store::now_ms;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::info;
+
+/// Sweep period.
+const PERIOD: Duration = Duration::from_millis(250);
+
+impl Host {
+    /// Spawns the sweeper task.
+    pub fn spawn_sweepers(self: &Arc<Self>) {
+        let host = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PERIOD);
+            loop {
+                tick.tick().await;
+                host.sweep_ttl().await;
+            }
+        });
+    }
+
+    async fn sweep_ttl(&self) {
+        let now = now_ms();
+        for live in self.all() {
+            let expired = {
+                let r = live.row.lock().await;
+                !r.persistent && r.status != "deleted" && now - r.last_active_at > r.ttl_seconds * 1000
+            };
+            if expired {
+                info!(sandbox_id = %live.id, "ttl expired");
+                if let Err(e) = self.destroy(&live, "ttl").await {
+                    tracing::warn!(sandbox_id = %live.id, error = %e, "ttl kill");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The template store: cached, generation-numbered builds on disk.
+//!
+//! See the [crate docs](crate) for the cache rules and [`layout`] for the files.
+
+mod bake;
+mod layout;
+mod lock;
+mod read;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::builder::Builder;
+use crate::mmdebstrap::MmdebstrapBuilder;
+
+/// Template builds under one root directory (`<data_dir>/templates`).
+///
+/// Cheap to clone; all methods block on disk I/O (and `bake` for minutes), so
+/// async callers use `spawn_blocking`. Safe to use from several threads and
+/// processes at once: bakes and removals of one template serialise on its lock
+/// file; readers never need the lock.
+#[derive(Clone)]
+pub struct TemplateStore {
+    root: PathBuf,
+    builder: Arc<dyn Builder>,
+}
+
+impl std::fmt::Debug for TemplateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TemplateStore")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TemplateStore {
+    /// A store at `root` that bakes with [`MmdebstrapBuilder`], caching wheels
+    /// in `<root>/.cache/wheels`. Nothing is created until the first bake.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let builder = MmdebstrapBuilder::new(root.join(".cache").join("wheels"));
+        Self::with_builder(root, Arc::new(builder))
+    }
+
+    /// A store at `root` that bakes with `builder` (tests inject fakes here).
+    pub fn with_builder(root: impl Into<PathBuf>, builder: Arc<dyn Builder>) -> Self {
+        Self {
+            root: root.into(),
+            builder,
+        }
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/<name>`; `name` must already be validated.
+    fn template_dir(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+}
