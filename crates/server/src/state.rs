@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! creating -> running <-> paused
-//! running -> hibernated -> running
+//! running | paused -> hibernated -> running
 //! any -> failed, any -> deleted
 //! ```
 
@@ -63,7 +63,7 @@ pub fn transition(from: SandboxState, to: SandboxState) -> Result<SandboxState, 
         (Creating, Running)
             | (Running, Paused)
             | (Paused, Running)
-            | (Running, Hibernated)
+            | (Running | Paused, Hibernated)
             | (Hibernated, Running)
             | (Creating | Running | Paused | Hibernated, Failed)
             | (Creating | Running | Paused | Hibernated | Failed, Deleted)
@@ -86,8 +86,9 @@ mod tests {
         assert!(transition(Running, Paused).is_ok());
         assert!(transition(Hibernated, Running).is_ok());
         assert!(transition(Failed, Deleted).is_ok());
-        let e = transition(Paused, Hibernated).unwrap_err();
-        assert_eq!(e.to_string(), "sandbox is paused; cannot go to hibernated");
+        assert!(transition(Paused, Hibernated).is_ok());
+        let e = transition(Hibernated, Paused).unwrap_err();
+        assert_eq!(e.to_string(), "sandbox is hibernated; cannot go to paused");
         assert!(transition(Deleted, Running).is_err());
         assert!(transition(Creating, Paused).is_err());
         for s in [Creating, Running, Paused, Hibernated, Failed, Deleted] {

@@ -63,7 +63,7 @@ async fn start(st: &AppState, caller: &Caller, id: &str, req: &ExecRequest) -> R
         return Err(ApiError::BadRequest("cmd must not be empty".into()));
     }
     let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
-    let ready = live.ready().await?;
+    let ready = st.host.ready(&live).await?;
     let mut env = ready.envs.clone();
     env.extend(req.env.clone().unwrap_or_default());
     let timeout = req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);

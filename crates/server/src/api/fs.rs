@@ -42,7 +42,7 @@ pub fn file_info(e: FileEntry) -> FileInfo {
 async fn read(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Response, ApiError> {
     let path = sandbox_path(q.path.as_deref())?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
-    let ready = live.ready().await?;
+    let ready = st.host.ready(&live).await?;
     let rid = ready.conn.new_id();
     let mut rx = ready.conn.request(HostMsg::FileRead { id: rid, path: path.clone() }, Vec::new()).await?;
     // Wait for the first frame so that a missing file is a 404, not a broken 200 stream.
@@ -77,7 +77,7 @@ async fn read(State(st): State<AppState>, caller: Caller, Path(id): Path<String>
 async fn write(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, Query(q): Query<PathQuery>, body: Body) -> Result<Json<WriteResult>, ApiError> {
     let path = sandbox_path(q.path.as_deref())?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
-    let ready = live.ready().await?;
+    let ready = st.host.ready(&live).await?;
     let conn = &ready.conn;
     let rid = conn.new_id();
     let mut rx = conn.request(HostMsg::FileWrite { id: rid, path: path.clone() }, Vec::new()).await?;
@@ -124,7 +124,7 @@ async fn write(State(st): State<AppState>, caller: Caller, Path(id): Path<String
 
 async fn simple(st: &AppState, caller: &Caller, id: &str, make: impl FnOnce(u64) -> HostMsg) -> Result<GuestMsg, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
-    let ready = live.ready().await?;
+    let ready = st.host.ready(&live).await?;
     let rid = ready.conn.new_id();
     match ready.conn.call(make(rid)).await? {
         (GuestMsg::Error { code, message, .. }, _) => Err(from_guest(code, message)),

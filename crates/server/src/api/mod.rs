@@ -2,10 +2,14 @@
 //! [`crate::app`]. Handlers parse input into typed values, call the host agent, and map the
 //! result to the wire types of `pandastack-api`.
 
+pub mod events;
 pub mod exec;
+pub mod fork;
 pub mod fs;
+pub mod lifecycle;
 pub mod repl;
 pub mod sandboxes;
+pub mod snapshots;
 pub mod templates;
 pub mod tokens;
 

@@ -38,7 +38,7 @@ fn language(raw: Option<String>) -> Result<String, ApiError> {
 async fn create(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(req): JsonBody<CreateContext>) -> Result<(StatusCode, Json<CodeContext>), ApiError> {
     let lang = language(req.language)?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
-    let ready = live.ready().await?;
+    let ready = st.host.ready(&live).await?;
     let held: Vec<String> = st.host.store.open_contexts(&live.id)?.into_iter().map(|c| c.kernel_id).collect();
     let kernels = match ready.conn.call(HostMsg::KernelList { id: ready.conn.new_id() }).await? {
         (GuestMsg::Kernels { kernels, .. }, _) => kernels,
@@ -66,7 +66,7 @@ async fn create(State(st): State<AppState>, caller: Caller, Path(id): Path<Strin
 
 async fn run(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path<(String, String)>, RequiredJson(req): RequiredJson<RunCode>) -> Result<Json<Execution>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
-    let ready = live.ready().await?;
+    let ready = st.host.ready(&live).await?;
     let context = st
         .host
         .store
@@ -75,7 +75,11 @@ async fn run(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path<(
         .find(|c| c.id == ctx)
         .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
     let msg = HostMsg::KernelRun { id: ready.conn.new_id(), kernel_id: context.kernel_id, code: req.code, timeout_ms: req.timeout_ms };
-    let reply = ready.conn.call(msg).await?;
+    // The lifecycle gate is not held while the cell runs: a long cell must not block pause
+    // or snapshot (a cell in flight is captured by a snapshot like any other process).
+    let conn = ready.conn.clone();
+    drop(ready);
+    let reply = conn.call(msg).await?;
     live.touch().await;
     match reply {
         (GuestMsg::KernelResult { execution: e, .. }, _) => Ok(Json(Execution {
@@ -102,7 +106,7 @@ async fn close(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path
         .find(|c| c.id == ctx)
         .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
     st.host.store.close_context(&live.id, &ctx, now_ms())?;
-    if let Ok(ready) = live.ready().await {
+    if let Ok(ready) = st.host.ready(&live).await {
         let _ = ready.conn.call(HostMsg::KernelStop { id: ready.conn.new_id(), kernel_id: context.kernel_id }).await;
     }
     Ok(StatusCode::NO_CONTENT)
@@ -111,7 +115,7 @@ async fn close(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path
 async fn list(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let contexts = st.host.store.open_contexts(&live.id)?;
-    let ready = live.ready().await?;
+    let ready = st.host.ready(&live).await?;
     let kernels = match ready.conn.call(HostMsg::KernelList { id: ready.conn.new_id() }).await? {
         (GuestMsg::Kernels { kernels, .. }, _) => kernels,
         _ => Vec::new(),

@@ -36,9 +36,6 @@ async fn create(State(st): State<AppState>, caller: Caller, JsonBody(req): JsonB
     if req.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
         return Err(ApiError::BadRequest("volumes: volumes are not supported by this server yet".into()));
     }
-    if req.from_snapshot.is_some() {
-        return Err(ApiError::BadRequest("from_snapshot: snapshots are not supported by this server yet".into()));
-    }
     let template = req.template.unwrap_or_else(|| "code-interpreter".into());
     if let Some(envs) = &req.envs {
         for k in envs.keys() {
@@ -55,7 +52,10 @@ async fn create(State(st): State<AppState>, caller: Caller, JsonBody(req): JsonB
         metadata: req.metadata.unwrap_or_default(),
         envs: req.envs.unwrap_or_default(),
     };
-    let live = st.host.create(spec).await?;
+    let live = match &req.from_snapshot {
+        Some(snap) => st.host.create_from_snapshot(spec, snap).await?,
+        None => st.host.create(spec).await?,
+    };
     let row = live.snapshot_row().await;
     Ok((StatusCode::CREATED, Json(sandbox_json(&row))))
 }

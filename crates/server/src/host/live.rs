@@ -65,7 +65,7 @@ impl Live {
         self.row.lock().await.last_active_at = now_ms();
     }
 
-    fn gate_arc(&self) -> std::sync::Arc<RwLock<()>> {
+    pub fn gate_arc(&self) -> std::sync::Arc<RwLock<()>> {
         self.gate.clone()
     }
 
@@ -83,23 +83,9 @@ pub struct Ready {
     _gate: tokio::sync::OwnedRwLockReadGuard<()>,
 }
 
-impl Live {
-    /// Waits for lifecycle operations in progress, checks the sandbox is running, records
-    /// activity and returns its guest connection.
-    ///
-    /// # Errors
-    /// 409 naming the state when the sandbox is not running; 503 when the guest is unreachable.
-    pub async fn ready(self: &std::sync::Arc<Self>) -> Result<Ready, ApiError> {
-        let gate = self.gate_arc().read_owned().await;
-        let (status, envs) = {
-            let r = self.row.lock().await;
-            (r.status.clone(), r.envs.clone())
-        };
-        if status != "running" {
-            return Err(ApiError::Conflict(format!("sandbox is {status}; it must be running")));
-        }
-        self.touch().await;
-        let conn = self.guest().await?;
-        Ok(Ready { conn, envs, _gate: gate })
+impl Ready {
+    /// Bundles a connection with a held gate.
+    pub fn new(conn: GuestConn, envs: std::collections::BTreeMap<String, String>, gate: tokio::sync::OwnedRwLockReadGuard<()>) -> Self {
+        Ready { conn, envs, _gate: gate }
     }
 }

@@ -5,10 +5,16 @@
 mod create;
 mod guest_dir;
 mod live;
+mod fork;
+mod hibernate;
+mod pause;
+mod snapshot;
+mod ready;
 mod recover;
 mod sweeper;
 
 pub use create::CreateSpec;
+pub use fork::{Promotion, MAX_FORK_COUNT};
 pub use guest_dir::install_guest_dir;
 pub use live::Live;
 
@@ -126,6 +132,12 @@ impl Host {
         }
         self.set_state(live, SandboxState::Deleted, cause).await?;
         self.remove(&live.id);
+        drop(_gate);
+        for child in self.unpromoted_children(&live.id).await {
+            if let Err(e) = Box::pin(self.destroy(&child, "parent deleted")).await {
+                tracing::warn!(sandbox_id = %child.id, error = %e, "destroying fork child");
+            }
+        }
         Ok(())
     }
 }

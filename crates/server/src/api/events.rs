@@ -1,0 +1,99 @@
+//! Lifecycle events (seed 003 "events stream"): `GET /v1/events` streams every transition of
+//! the caller's workspace as Server-Sent Events (`event: transition`, `id: <seq>`, data
+//! `{seq, sandbox_id, from, to, cause, at}`), replaying those after `?since=<seq>` (or the
+//! `Last-Event-ID` header) first; `GET /v1/sandboxes/{id}/events` is one sandbox's history as a
+//! JSON array. A workspace never sees another's events.
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::sandbox_id;
+use crate::AppState;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use pandastack_store::EventRow;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/events", get(stream)).route("/sandboxes/:id/events", get(history))
+}
+
+/// The wire form of an event.
+pub fn wire(e: &EventRow) -> Value {
+    json!({
+        "seq": e.seq,
+        "sandbox_id": e.sandbox_id,
+        "from": e.from_state,
+        "to": e.to_state,
+        "cause": e.cause,
+        "at": chrono::DateTime::from_timestamp_millis(e.at).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "at_ms": e.at,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamQuery {
+    since: Option<i64>,
+}
+
+fn sse_event(e: &EventRow) -> Event {
+    Event::default().event("transition").id(e.seq.to_string()).data(wire(e).to_string())
+}
+
+async fn stream(State(st): State<AppState>, caller: Caller, Query(q): Query<StreamQuery>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let since = q.since.or_else(|| headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()));
+    // Subscribe before reading the backlog so nothing falls between the two.
+    let mut rx = st.host.events.subscribe();
+    let backlog = match since {
+        Some(after) => st.host.store.events(&caller.workspace_id, None, after, 10_000)?,
+        None => Vec::new(),
+    };
+    let ws = caller.workspace_id.clone();
+    let store = st.host.store.clone();
+    let stream = async_stream::stream! {
+        let mut last = since.unwrap_or(0);
+        for e in &backlog {
+            last = last.max(e.seq);
+            yield Ok::<Event, std::convert::Infallible>(sse_event(e));
+        }
+        loop {
+            match rx.recv().await {
+                Ok(e) => {
+                    if e.workspace_id == ws && e.seq > last {
+                        last = e.seq;
+                        yield Ok(sse_event(&e));
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {
+                    // Fell behind the broadcast buffer: catch up from the store.
+                    if let Ok(missed) = store.events(&ws, None, last, 10_000) {
+                        for e in missed {
+                            last = e.seq;
+                            yield Ok(sse_event(&e));
+                        }
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    };
+    let mut resp = Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(10)).text("ping")).into_response();
+    resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    Ok(resp)
+}
+
+async fn history(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Vec<Value>>, ApiError> {
+    let id = sandbox_id(&id)?;
+    let row = st.host.store.sandbox(&id)?;
+    if row.as_ref().map(|r| r.workspace_id != caller.workspace_id).unwrap_or(true) {
+        return Err(ApiError::NotFound(format!("sandbox {id} not found")));
+    }
+    let events = st.host.store.events(&caller.workspace_id, Some(&id), 0, 10_000)?;
+    Ok(Json(events.iter().map(wire).collect()))
+}

@@ -1,0 +1,77 @@
+//! `POST .../fork`, `.../fork-tree`, `.../promote` (contract §2.1). fork answers the child's
+//! sandbox object (both SDKs accept one with `id`); fork-tree a bare array of children.
+
+use super::sandbox_json;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{sandbox_id, JsonBody, RequiredJson};
+use crate::host::Promotion;
+use crate::AppState;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use pandastack_api::Sandbox;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/sandboxes/:id/fork", post(fork))
+        .route("/sandboxes/:id/fork-tree", post(fork_tree))
+        .route("/sandboxes/:id/promote", post(promote))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkBody {
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkTreeBody {
+    count: usize,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromoteBody {
+    #[serde(default)]
+    tree_id: Option<String>,
+    #[serde(default)]
+    cleanup_siblings: bool,
+}
+
+async fn parent(st: &AppState, caller: &Caller, id: &str) -> Result<std::sync::Arc<crate::host::Live>, ApiError> {
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
+    if live.row.lock().await.status == "hibernated" {
+        st.host.wake(&live, "implicit").await?;
+    }
+    Ok(live)
+}
+
+async fn fork(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(b): JsonBody<ForkBody>) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+    let live = parent(&st, &caller, &id).await?;
+    let mut children = st.host.fork(&live, 1, b.metadata.unwrap_or_default()).await?;
+    let child = children.pop().ok_or_else(|| ApiError::internal("fork", "no child"))?;
+    Ok((StatusCode::CREATED, Json(sandbox_json(&child.snapshot_row().await))))
+}
+
+async fn fork_tree(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, RequiredJson(b): RequiredJson<ForkTreeBody>) -> Result<(StatusCode, Json<Vec<Sandbox>>), ApiError> {
+    let live = parent(&st, &caller, &id).await?;
+    let children = st.host.fork(&live, b.count, b.metadata.unwrap_or_default()).await?;
+    let mut out = Vec::with_capacity(children.len());
+    for c in children {
+        out.push(sandbox_json(&c.snapshot_row().await));
+    }
+    Ok((StatusCode::CREATED, Json(out)))
+}
+
+async fn promote(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(b): JsonBody<PromoteBody>) -> Result<Json<Promotion>, ApiError> {
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    Ok(Json(st.host.promote(&live, b.tree_id, b.cleanup_siblings).await?))
+}

@@ -1,0 +1,132 @@
+//! Fork, fork_tree and promote (seed 003 "Forking", seed 000 §3). A fork captures the running
+//! parent once (`checkpoint --leave-running` into a temporary image) and restores that image
+//! into N new sandboxes at once; the parent keeps running untouched and each child is an
+//! independent copy (own memory, own overlay). Children record `parent_id` and `fork_tree_id`
+//! in their metadata. An unpromoted child dies with its parent; `promote` makes it standalone
+//! (metadata `promoted = "true"`) and can kill its siblings.
+
+use super::{CreateSpec, Host, Live};
+use crate::error::ApiError;
+use pandastack_store::{now_ms, SnapshotRow};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Largest `count` of one fork_tree.
+pub const MAX_FORK_COUNT: usize = 16;
+
+/// What `promote` did (contract §2.1: `{winner, tree_id, deleted, failures}`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Promotion {
+    pub winner: String,
+    pub tree_id: Option<String>,
+    pub deleted: Vec<String>,
+    pub failures: BTreeMap<String, String>,
+}
+
+impl Host {
+    /// Forks `parent` into `count` children carrying `metadata` (plus `parent_id`,
+    /// `fork_tree_id`).
+    ///
+    /// # Errors
+    /// 400 for a count of 0 or over [`MAX_FORK_COUNT`]; 409 unless the parent is running;
+    /// 500 when a restore fails (children already made are destroyed: all or nothing).
+    pub async fn fork(&self, parent: &Arc<Live>, count: usize, metadata: BTreeMap<String, String>) -> Result<Vec<Arc<Live>>, ApiError> {
+        if count == 0 || count > MAX_FORK_COUNT {
+            return Err(ApiError::BadRequest(format!("count must be between 1 and {MAX_FORK_COUNT}, got {count}")));
+        }
+        let tree_id = format!("tree-{}", uuid::Uuid::new_v4().simple());
+        let image = self.cfg.data_dir.join("forks").join(&tree_id);
+        let (base, spec) = {
+            let _gate = parent.gate.write().await;
+            self.capture(parent, &image, true).await?;
+            let r = parent.snapshot_row().await;
+            let base = SnapshotRow {
+                id: tree_id.clone(),
+                workspace_id: r.workspace_id.clone(),
+                sandbox_id: r.id.clone(),
+                template: r.template.clone(),
+                template_generation: r.template_generation,
+                cpu: r.cpu,
+                memory_mb: r.memory_mb,
+                rootfs: r.rootfs.clone(),
+                guest_dir: r.guest_dir.clone(),
+                image_dir: image.display().to_string(),
+                size_bytes: 0,
+                kernels: serde_json::Value::Null,
+                created_at: now_ms(),
+            };
+            let mut md = metadata;
+            md.insert("parent_id".into(), r.id.clone());
+            md.insert("fork_tree_id".into(), tree_id.clone());
+            let spec = CreateSpec { workspace_id: r.workspace_id.clone(), template: r.template.clone(), ttl_seconds: r.ttl_seconds, persistent: false, metadata: md, envs: r.envs.clone() };
+            (base, spec)
+        };
+        parent.touch().await;
+        let results = futures::future::join_all((0..count).map(|_| self.create_from_image(&spec, &base, &image, "fork"))).await;
+        let _ = std::fs::remove_dir_all(&image);
+        let mut children = Vec::with_capacity(count);
+        let mut first_err = None;
+        for r in results {
+            match r {
+                Ok(c) => children.push(c),
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        if let Some(e) = first_err {
+            for c in &children {
+                let _ = self.destroy(c, "fork failed").await;
+            }
+            return Err(e);
+        }
+        Ok(children)
+    }
+
+    /// Makes `child` standalone; with `cleanup_siblings`, destroys the other children of its
+    /// fork tree (`tree_id`, default: the child's own `fork_tree_id`).
+    ///
+    /// # Errors
+    /// 400 when the sandbox is not a fork child or `tree_id` is not its tree.
+    pub async fn promote(&self, child: &Arc<Live>, tree_id: Option<String>, cleanup_siblings: bool) -> Result<Promotion, ApiError> {
+        let own_tree = child.row.lock().await.metadata.get("fork_tree_id").cloned();
+        let tree = match (tree_id, own_tree) {
+            (Some(t), Some(own)) if t != own => return Err(ApiError::BadRequest(format!("tree_id: sandbox {} is not in fork tree {t}", child.id))),
+            (_, Some(own)) => own,
+            (_, None) => return Err(ApiError::BadRequest(format!("sandbox {} is not a fork child", child.id))),
+        };
+        {
+            let mut r = child.row.lock().await;
+            r.metadata.insert("promoted".into(), "true".into());
+            self.store.put_sandbox(&r)?;
+        }
+        let mut out = Promotion { winner: child.id.clone(), tree_id: Some(tree.clone()), deleted: Vec::new(), failures: BTreeMap::new() };
+        if cleanup_siblings {
+            for other in self.all() {
+                if other.id == child.id || other.workspace_id != child.workspace_id {
+                    continue;
+                }
+                let sibling = other.row.lock().await.metadata.get("fork_tree_id") == Some(&tree);
+                if sibling {
+                    match self.destroy(&other, "promote cleanup").await {
+                        Ok(()) => out.deleted.push(other.id.clone()),
+                        Err(e) => {
+                            out.failures.insert(other.id.clone(), e.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Unpromoted fork children of `parent_id`.
+    pub(super) async fn unpromoted_children(&self, parent_id: &str) -> Vec<Arc<Live>> {
+        let mut out = Vec::new();
+        for l in self.all() {
+            let r = l.row.lock().await;
+            if r.metadata.get("parent_id").map(String::as_str) == Some(parent_id) && r.metadata.get("promoted").map(String::as_str) != Some("true") {
+                out.push(l.clone());
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,85 @@
+//! Hibernate and wake (seed 003): hibernate checkpoints the sandbox to
+//! `<data_dir>/hibernate/<sandbox id>/` and stops its runsc container, so it holds no process
+//! and no host RAM; wake restores that image into a new instance under the **same** sandbox id.
+//! Any request to a hibernated sandbox wakes it first ([`Host::ready`]).
+
+use super::{Host, Live};
+use crate::error::ApiError;
+use crate::state::SandboxState;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tracing::warn;
+
+impl Host {
+    /// Hibernates a running or paused sandbox.
+    ///
+    /// # Errors
+    /// 409 unless running or paused; 500 when the checkpoint fails (the sandbox then keeps
+    /// running, or is marked failed if the engine lost it).
+    pub async fn hibernate(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
+        let _gate = live.gate.write().await;
+        let iid = self.running_instance(live, SandboxState::Hibernated).await?;
+        let was_paused = live.row.lock().await.status == SandboxState::Paused.as_str();
+        if was_paused {
+            self.engine.resume(&iid).await.map_err(|e| ApiError::internal("resume before hibernate", e))?;
+        }
+        let image = self.cfg.data_dir.join("hibernate").join(&live.id);
+        let _ = std::fs::remove_dir_all(&image);
+        if let Err(e) = self.capture(live, &image, false).await {
+            if self.engine.status(&iid).await.map(|s| s != pandastack_engine::InstanceStatus::Running).unwrap_or(true) {
+                self.fail(live, "hibernate failed").await;
+            }
+            return Err(e);
+        }
+        live.drop_conn().await;
+        let dir = live.row.lock().await.instance_dir.clone();
+        if let Some(dir) = dir {
+            if let Err(e) = self.engine.destroy(&iid, Path::new(&dir)).await {
+                warn!(sandbox_id = %live.id, error = %e, "removing hibernated instance");
+            }
+        }
+        {
+            let mut r = live.row.lock().await;
+            r.instance_id = None;
+            r.instance_dir = None;
+            r.hibernate_image = Some(image.display().to_string());
+        }
+        self.set_state(live, SandboxState::Hibernated, cause).await
+    }
+
+    /// Wakes a hibernated sandbox (no-op when it is already awake).
+    ///
+    /// # Errors
+    /// 500 when the restore fails; the sandbox is then marked failed.
+    pub async fn wake(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
+        let _gate = live.gate.write().await;
+        let image = {
+            let r = live.row.lock().await;
+            if r.status != SandboxState::Hibernated.as_str() {
+                return match SandboxState::parse(&r.status) {
+                    SandboxState::Running | SandboxState::Paused => Ok(()),
+                    other => Err(ApiError::Conflict(format!("sandbox is {other}; cannot wake it"))),
+                };
+            }
+            r.hibernate_image.clone().map(PathBuf::from)
+        };
+        let image = image.ok_or_else(|| ApiError::internal("wake", "hibernated sandbox has no image"))?;
+        match self.boot_from_image(live, &image).await {
+            Ok(conn) => {
+                live.set_conn(conn).await;
+                {
+                    let mut r = live.row.lock().await;
+                    r.hibernate_image = None;
+                    r.last_active_at = pandastack_store::now_ms();
+                }
+                self.set_state(live, SandboxState::Running, cause).await?;
+                let _ = std::fs::remove_dir_all(&image);
+                Ok(())
+            }
+            Err(e) => {
+                self.fail(live, "wake failed").await;
+                Err(e)
+            }
+        }
+    }
+}

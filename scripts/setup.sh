@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what PandaStack needs on a Debian bookworm host (run as root). Idempotent and quick
+# when everything is there already: runsc from bookworm-backports (bookworm's own is from 2022),
+# mmdebstrap for template bakes, Python venv support for the SDK demo and tests.
+set -euo pipefail
+
+need=()
+command -v runsc >/dev/null || need+=(runsc)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+command -v curl >/dev/null || need+=(curl)
+command -v cc >/dev/null || need+=(build-essential)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
+  fi
+  apt-get update -qq
+  export DEBIAN_FRONTEND=noninteractive
+  for p in "${need[@]}"; do
+    if [ "$p" = runsc ]; then
+      apt-get install -y -qq -t bookworm-backports runsc >/dev/null
+    else
+      apt-get install -y -qq "$p" >/dev/null
+    fi
+  done
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo is missing; install a Rust toolchain (rustup) first" >&2
+  exit 1
+fi
+
+# ptrace costs several host tasks per guest process; the default pid_max (32768) runs out with a
+# few dozen busy sandboxes.
+if [ "$(cat /proc/sys/kernel/pid_max)" -lt 4194304 ]; then
+  sysctl -qw kernel.pid_max=4194304 || echo "setup: could not raise kernel.pid_max" >&2
+fi
+echo "setup: ok ($(runsc --version | head -1))"
