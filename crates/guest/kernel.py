@@ -85,6 +85,9 @@ def to_text(mime, value):
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, str):
+        if mime.startswith("image/") and not mime.startswith("image/svg"):
+            # Already base64 (IPython wraps it at 76 columns): one unbroken line.
+            return "".join(value.split())
         return value
     try:
         return json.dumps(value)

@@ -76,7 +76,11 @@ pub enum EngineError {
     #[error("instance {0} not found")]
     NotFound(InstanceId),
     #[error("{op} of instance {id} failed: {detail}")]
-    Failed { op: &'static str, id: InstanceId, detail: String },
+    Failed {
+        op: &'static str,
+        id: InstanceId,
+        detail: String,
+    },
     #[error("engine i/o: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -97,7 +101,12 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Writes memory, processes and the root overlay of a running instance to `image` (a
     /// directory). With `leave_running` the instance continues; otherwise it stops.
-    async fn checkpoint(&self, id: &str, image: &Path, leave_running: bool) -> Result<(), EngineError>;
+    async fn checkpoint(
+        &self,
+        id: &str,
+        image: &Path,
+        leave_running: bool,
+    ) -> Result<(), EngineError>;
 
     /// Stops every process of the instance from being scheduled; memory is kept.
     async fn pause(&self, id: &str) -> Result<(), EngineError>;

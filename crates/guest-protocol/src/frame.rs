@@ -43,7 +43,10 @@ impl Frame {
     /// # Errors
     /// [`FrameError::Decode`] if `msg` cannot be serialized (never for the types of this crate).
     pub fn new<T: serde::Serialize>(msg: &T, body: Vec<u8>) -> Result<Self, FrameError> {
-        Ok(Frame { header: serde_json::to_vec(msg)?, body })
+        Ok(Frame {
+            header: serde_json::to_vec(msg)?,
+            body,
+        })
     }
 
     /// Decodes the header as a message of type `T`.
@@ -119,7 +122,10 @@ mod tests {
 
     #[test]
     fn round_trip_and_limits() {
-        let f = Frame { header: b"{\"a\":1}".to_vec(), body: vec![0, 255, 7] };
+        let f = Frame {
+            header: b"{\"a\":1}".to_vec(),
+            body: vec![0, 255, 7],
+        };
         let mut buf = Vec::new();
         write_frame(&mut buf, &f).unwrap();
         let back = read_frame(&mut buf.as_slice()).unwrap();
@@ -127,7 +133,10 @@ mod tests {
         assert!(matches!(read_frame(&mut &[][..]), Err(FrameError::Closed)));
         let mut bad = vec![0xff; 8];
         bad.extend_from_slice(b"xx");
-        assert!(matches!(read_frame(&mut bad.as_slice()), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            read_frame(&mut bad.as_slice()),
+            Err(FrameError::TooLarge { .. })
+        ));
         assert!(matches!(read_frame(&mut &buf[..5]), Err(FrameError::Io(_))));
     }
 }

@@ -87,11 +87,24 @@ impl HostMsg {
     pub fn id(&self) -> RequestId {
         use HostMsg::*;
         match self {
-            Hello { id, .. } | Ping { id } | Exec { id, .. } | ExecStdin { id } | ExecKill { id }
-            | FileRead { id, .. } | FileWrite { id, .. } | FileChunk { id } | FileEnd { id }
-            | FileAbort { id } | ListDir { id, .. } | Stat { id, .. } | Remove { id, .. }
-            | MakeDir { id, .. } | KernelStart { id, .. } | KernelRun { id, .. }
-            | KernelStop { id, .. } | KernelList { id } => *id,
+            Hello { id, .. }
+            | Ping { id }
+            | Exec { id, .. }
+            | ExecStdin { id }
+            | ExecKill { id }
+            | FileRead { id, .. }
+            | FileWrite { id, .. }
+            | FileChunk { id }
+            | FileEnd { id }
+            | FileAbort { id }
+            | ListDir { id, .. }
+            | Stat { id, .. }
+            | Remove { id, .. }
+            | MakeDir { id, .. }
+            | KernelStart { id, .. }
+            | KernelRun { id, .. }
+            | KernelStop { id, .. }
+            | KernelList { id } => *id,
         }
     }
 }
@@ -170,28 +183,71 @@ pub struct KernelInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum GuestMsg {
-    HelloOk { id: RequestId, version: u32, guest_version: String },
-    Pong { id: RequestId },
+    HelloOk {
+        id: RequestId,
+        version: u32,
+        guest_version: String,
+    },
+    Pong {
+        id: RequestId,
+    },
     /// A chunk of an exec's output (body = raw bytes, possibly not UTF-8).
-    Output { id: RequestId, stream: OutputStream },
+    Output {
+        id: RequestId,
+        stream: OutputStream,
+    },
     /// An exec finished. `exit_code` is the exit status, or 128 + signal when killed by one;
     /// `timed_out` says the guest killed it at `timeout_ms`.
-    Exited { id: RequestId, exit_code: i32, timed_out: bool, duration_ms: u64 },
+    Exited {
+        id: RequestId,
+        exit_code: i32,
+        timed_out: bool,
+        duration_ms: u64,
+    },
     /// A chunk of a file being read (body = bytes).
-    FileChunk { id: RequestId },
+    FileChunk {
+        id: RequestId,
+    },
     /// The file read `id` is complete.
-    FileEnd { id: RequestId },
+    FileEnd {
+        id: RequestId,
+    },
     /// The write `id` was renamed into place; `bytes` were written.
-    FileWritten { id: RequestId, bytes: u64 },
-    DirList { id: RequestId, entries: Vec<FileEntry> },
-    Stat { id: RequestId, entry: FileEntry },
+    FileWritten {
+        id: RequestId,
+        bytes: u64,
+    },
+    DirList {
+        id: RequestId,
+        entries: Vec<FileEntry>,
+    },
+    Stat {
+        id: RequestId,
+        entry: FileEntry,
+    },
     /// The request succeeded with nothing to return.
-    Done { id: RequestId },
-    KernelStarted { id: RequestId, kernel_id: String, pid: u32 },
-    KernelResult { id: RequestId, execution: Execution },
-    Kernels { id: RequestId, kernels: Vec<KernelInfo> },
+    Done {
+        id: RequestId,
+    },
+    KernelStarted {
+        id: RequestId,
+        kernel_id: String,
+        pid: u32,
+    },
+    KernelResult {
+        id: RequestId,
+        execution: Execution,
+    },
+    Kernels {
+        id: RequestId,
+        kernels: Vec<KernelInfo>,
+    },
     /// Request `id` failed.
-    Error { id: RequestId, code: ErrorCode, message: String },
+    Error {
+        id: RequestId,
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 impl GuestMsg {
@@ -199,10 +255,20 @@ impl GuestMsg {
     pub fn id(&self) -> RequestId {
         use GuestMsg::*;
         match self {
-            HelloOk { id, .. } | Pong { id } | Output { id, .. } | Exited { id, .. }
-            | FileChunk { id } | FileEnd { id } | FileWritten { id, .. } | DirList { id, .. }
-            | Stat { id, .. } | Done { id } | KernelStarted { id, .. } | KernelResult { id, .. }
-            | Kernels { id, .. } | Error { id, .. } => *id,
+            HelloOk { id, .. }
+            | Pong { id }
+            | Output { id, .. }
+            | Exited { id, .. }
+            | FileChunk { id }
+            | FileEnd { id }
+            | FileWritten { id, .. }
+            | DirList { id, .. }
+            | Stat { id, .. }
+            | Done { id }
+            | KernelStarted { id, .. }
+            | KernelResult { id, .. }
+            | Kernels { id, .. }
+            | Error { id, .. } => *id,
         }
     }
 

@@ -11,7 +11,10 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 #[test]
 fn v1_host_messages_are_frozen() {
     assert_eq!(PROTOCOL_VERSION, 1);
-    assert_eq!(json(&HostMsg::Hello { id: 1, version: 1 }), r#"{"type":"hello","id":1,"version":1}"#);
+    assert_eq!(
+        json(&HostMsg::Hello { id: 1, version: 1 }),
+        r#"{"type":"hello","id":1,"version":1}"#
+    );
     let exec = HostMsg::Exec {
         id: 2,
         cmd: "echo hi".into(),
@@ -24,27 +27,53 @@ fn v1_host_messages_are_frozen() {
         r#"{"type":"exec","id":2,"cmd":"echo hi","env":{"A":"b"},"cwd":null,"timeout_ms":5}"#
     );
     assert_eq!(
-        json(&HostMsg::KernelRun { id: 3, kernel_id: "k".into(), code: "1".into(), timeout_ms: None }),
+        json(&HostMsg::KernelRun {
+            id: 3,
+            kernel_id: "k".into(),
+            code: "1".into(),
+            timeout_ms: None
+        }),
         r#"{"type":"kernel_run","id":3,"kernel_id":"k","code":"1","timeout_ms":null}"#
     );
-    assert_eq!(json(&HostMsg::FileWrite { id: 4, path: "/a".into() }), r#"{"type":"file_write","id":4,"path":"/a"}"#);
+    assert_eq!(
+        json(&HostMsg::FileWrite {
+            id: 4,
+            path: "/a".into()
+        }),
+        r#"{"type":"file_write","id":4,"path":"/a"}"#
+    );
 }
 
 #[test]
 fn v1_guest_messages_are_frozen() {
     assert_eq!(
-        json(&GuestMsg::Exited { id: 2, exit_code: 7, timed_out: false, duration_ms: 3 }),
+        json(&GuestMsg::Exited {
+            id: 2,
+            exit_code: 7,
+            timed_out: false,
+            duration_ms: 3
+        }),
         r#"{"type":"exited","id":2,"exit_code":7,"timed_out":false,"duration_ms":3}"#
     );
     assert_eq!(
-        json(&GuestMsg::Output { id: 2, stream: OutputStream::Stderr }),
+        json(&GuestMsg::Output {
+            id: 2,
+            stream: OutputStream::Stderr
+        }),
         r#"{"type":"output","id":2,"stream":"stderr"}"#
     );
     assert_eq!(
-        json(&GuestMsg::Error { id: 9, code: ErrorCode::NotFound, message: "x".into() }),
+        json(&GuestMsg::Error {
+            id: 9,
+            code: ErrorCode::NotFound,
+            message: "x".into()
+        }),
         r#"{"type":"error","id":9,"code":"not_found","message":"x"}"#
     );
-    let ex = Execution { exit_code: 0, ..Default::default() };
+    let ex = Execution {
+        exit_code: 0,
+        ..Default::default()
+    };
     assert_eq!(
         json(&ex),
         r#"{"results":[],"stdout":"","stderr":"","error":null,"exit_code":0,"duration_ms":0,"timed_out":false}"#

@@ -36,7 +36,10 @@ impl Out {
 
     /// A writer on any sink (tests).
     pub fn new(sink: Box<dyn std::io::Write + Send>) -> Arc<Out> {
-        Arc::new(Out { sink: Mutex::new(sink), broken: AtomicBool::new(false) })
+        Arc::new(Out {
+            sink: Mutex::new(sink),
+            broken: AtomicBool::new(false),
+        })
     }
 
     /// Sends `msg` with no body.
@@ -52,7 +55,11 @@ impl Out {
             Ok(f) if f.header.len() <= MAX_HEADER_BYTES as usize => f,
             Ok(f) => {
                 let len = f.header.len();
-                return self.send(&error(msg.id(), ErrorCode::Io, &format!("reply too large ({len} bytes)")));
+                return self.send(&error(
+                    msg.id(),
+                    ErrorCode::Io,
+                    &format!("reply too large ({len} bytes)"),
+                ));
             }
             Err(e) => {
                 glog!("cannot encode reply: {e}");
@@ -80,7 +87,11 @@ impl Out {
 }
 
 fn error(id: RequestId, code: ErrorCode, message: &str) -> GuestMsg {
-    GuestMsg::Error { id, code, message: message.to_string() }
+    GuestMsg::Error {
+        id,
+        code,
+        message: message.to_string(),
+    }
 }
 
 /// Reads frames from fd 0 and dispatches them, forever.
@@ -109,7 +120,7 @@ pub fn serve(mut guest: Guest) -> ! {
             Err(e) => {
                 // A truncated or oversized frame leaves the stream unsynchronized; there is no
                 // way to find the next frame boundary, so keep reading and log (rarely).
-                if bad_frames % 1000 == 0 {
+                if bad_frames.is_multiple_of(1000) {
                     glog!("bad frame ({} so far): {e}", bad_frames + 1);
                 }
                 bad_frames += 1;

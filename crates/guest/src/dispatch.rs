@@ -44,7 +44,10 @@ impl Guest {
             execs: Arc::new(Execs::default()),
             kernels: Arc::new(Kernels::default()),
         };
-        Guest { ctx, uploads: Uploads::default() }
+        Guest {
+            ctx,
+            uploads: Uploads::default(),
+        }
     }
 
     /// Decodes and handles one frame. A frame that is not a request gets `Error{Invalid}` when
@@ -53,7 +56,11 @@ impl Guest {
         match frame.decode::<HostMsg>() {
             Ok(msg) => self.handle(msg, frame.body),
             Err(e) => match peek_id(&frame.header) {
-                Some(id) => self.ctx.out.error(id, ErrorCode::Invalid, &format!("bad request: {e}")),
+                Some(id) => {
+                    self.ctx
+                        .out
+                        .error(id, ErrorCode::Invalid, &format!("bad request: {e}"))
+                }
                 None => glog!("skipping undecodable frame: {e}"),
             },
         }
@@ -71,15 +78,30 @@ impl Guest {
                 ctx.out.send(&GuestMsg::Pong { id });
                 Ok(())
             }
-            HostMsg::Exec { cmd, env, cwd, timeout_ms, .. } => {
-                crate::exec::start(ctx, id, crate::exec::Request { cmd, env, cwd, timeout_ms })
-            }
+            HostMsg::Exec {
+                cmd,
+                env,
+                cwd,
+                timeout_ms,
+                ..
+            } => crate::exec::start(
+                ctx,
+                id,
+                crate::exec::Request {
+                    cmd,
+                    env,
+                    cwd,
+                    timeout_ms,
+                },
+            ),
             HostMsg::ExecStdin { .. } => Err(OpError::invalid("stdin is not supported")),
             HostMsg::ExecKill { .. } => {
                 crate::exec::kill(ctx, id);
                 Ok(())
             }
-            HostMsg::FileRead { path, .. } => background(ctx, id, move |c| files::read(c, id, &path)),
+            HostMsg::FileRead { path, .. } => {
+                background(ctx, id, move |c| files::read(c, id, &path))
+            }
             HostMsg::FileWrite { path, .. } => self.uploads.begin(id, &path),
             HostMsg::FileChunk { .. } => self.uploads.chunk(id, &body),
             HostMsg::FileEnd { .. } => self.uploads.end(&ctx.out, id),
@@ -100,17 +122,30 @@ impl Guest {
             HostMsg::MakeDir { path, .. } => files::make_dir(&path).map(|()| {
                 ctx.out.send(&GuestMsg::Done { id });
             }),
-            HostMsg::KernelStart { kernel_id, language, env, .. } => background(ctx, id, move |c| {
+            HostMsg::KernelStart {
+                kernel_id,
+                language,
+                env,
+                ..
+            } => background(ctx, id, move |c| {
                 crate::kernel::start(c, id, &kernel_id, &language, env)
             }),
-            HostMsg::KernelRun { kernel_id, code, timeout_ms, .. } => {
-                crate::kernel::run(ctx, id, &kernel_id, code, timeout_ms)
+            HostMsg::KernelRun {
+                kernel_id,
+                code,
+                timeout_ms,
+                ..
+            } => crate::kernel::run(ctx, id, &kernel_id, code, timeout_ms),
+            HostMsg::KernelStop { kernel_id, .. } => {
+                crate::kernel::stop(ctx, &kernel_id).map(|()| {
+                    ctx.out.send(&GuestMsg::Done { id });
+                })
             }
-            HostMsg::KernelStop { kernel_id, .. } => crate::kernel::stop(ctx, &kernel_id).map(|()| {
-                ctx.out.send(&GuestMsg::Done { id });
-            }),
             HostMsg::KernelList { .. } => {
-                ctx.out.send(&GuestMsg::Kernels { id, kernels: ctx.kernels.list() });
+                ctx.out.send(&GuestMsg::Kernels {
+                    id,
+                    kernels: ctx.kernels.list(),
+                });
                 Ok(())
             }
         };
@@ -123,9 +158,14 @@ impl Guest {
 fn hello(ctx: &Ctx, id: RequestId, version: u32) {
     if version == PROTOCOL_VERSION {
         let guest_version = env!("CARGO_PKG_VERSION").to_string();
-        ctx.out.send(&GuestMsg::HelloOk { id, version: PROTOCOL_VERSION, guest_version });
+        ctx.out.send(&GuestMsg::HelloOk {
+            id,
+            version: PROTOCOL_VERSION,
+            guest_version,
+        });
     } else {
-        let message = format!("protocol version {version} not supported (guest speaks {PROTOCOL_VERSION})");
+        let message =
+            format!("protocol version {version} not supported (guest speaks {PROTOCOL_VERSION})");
         ctx.out.error(id, ErrorCode::Version, &message);
     }
 }
@@ -148,7 +188,10 @@ where
 
 /// The `id` field of a header that did not decode as a request, if it has one.
 fn peek_id(header: &[u8]) -> Option<RequestId> {
-    serde_json::from_slice::<serde_json::Value>(header).ok()?.get("id")?.as_u64()
+    serde_json::from_slice::<serde_json::Value>(header)
+        .ok()?
+        .get("id")?
+        .as_u64()
 }
 
 #[cfg(test)]

@@ -17,7 +17,10 @@ pub struct OpError {
 impl OpError {
     /// An error of category `code`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        OpError { code, message: message.into() }
+        OpError {
+            code,
+            message: message.into(),
+        }
     }
 
     /// A malformed or disallowed request.
@@ -35,9 +38,10 @@ impl OpError {
     pub fn io(what: &str, err: &io::Error) -> Self {
         let code = match err.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => ErrorCode::NotFound,
-            Some(libc::EISDIR) | Some(libc::EEXIST) | Some(libc::ENOTEMPTY) | Some(libc::EINVAL) => {
-                ErrorCode::Invalid
-            }
+            Some(libc::EISDIR)
+            | Some(libc::EEXIST)
+            | Some(libc::ENOTEMPTY)
+            | Some(libc::EINVAL) => ErrorCode::Invalid,
             _ if err.kind() == io::ErrorKind::NotFound => ErrorCode::NotFound,
             _ if err.kind() == io::ErrorKind::InvalidInput => ErrorCode::Invalid,
             _ => ErrorCode::Io,

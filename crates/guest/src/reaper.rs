@@ -37,9 +37,14 @@ struct Table {
 impl Reaper {
     /// Starts the reaper thread.
     pub fn start() -> Arc<Reaper> {
-        let reaper = Arc::new(Reaper { table: Mutex::new(Table::default()), spawned: Condvar::new() });
+        let reaper = Arc::new(Reaper {
+            table: Mutex::new(Table::default()),
+            spawned: Condvar::new(),
+        });
         let r = Arc::clone(&reaper);
-        let spawned = std::thread::Builder::new().name("reaper".into()).spawn(move || r.serve());
+        let spawned = std::thread::Builder::new()
+            .name("reaper".into())
+            .spawn(move || r.serve());
         if let Err(e) = spawned {
             glog!("cannot start reaper thread: {e}");
         }
@@ -132,19 +137,27 @@ mod tests {
     use std::sync::mpsc;
 
     #[test]
+    // The reaper, not `Child::wait`, collects these children.
+    #[allow(clippy::zombie_processes)]
     fn routes_status_to_waiter() {
         let reaper = Reaper::start();
         let (tx, rx) = mpsc::channel();
         let tx2 = tx.clone();
         reaper
-            .spawn(Command::new("/bin/sh").args(["-c", "exit 7"]), Box::new(move |s| {
-                let _ = tx.send(exit_code(s));
-            }))
+            .spawn(
+                Command::new("/bin/sh").args(["-c", "exit 7"]),
+                Box::new(move |s| {
+                    let _ = tx.send(exit_code(s));
+                }),
+            )
             .unwrap();
         reaper
-            .spawn(Command::new("/bin/sh").args(["-c", "kill -9 $$"]), Box::new(move |s| {
-                let _ = tx2.send(exit_code(s));
-            }))
+            .spawn(
+                Command::new("/bin/sh").args(["-c", "kill -9 $$"]),
+                Box::new(move |s| {
+                    let _ = tx2.send(exit_code(s));
+                }),
+            )
             .unwrap();
         let mut got = vec![rx.recv_timeout(Duration::from_secs(5)).unwrap()];
         got.push(rx.recv_timeout(Duration::from_secs(5)).unwrap());

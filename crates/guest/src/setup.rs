@@ -13,7 +13,10 @@ pub const WORKSPACE: &str = "/workspace";
 
 /// Variables every process gets unless the sandbox's own environment already sets them.
 pub const DEFAULT_ENV: &[(&str, &str)] = &[
-    ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    (
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ),
     ("HOME", "/root"),
     ("LANG", "C.UTF-8"),
     ("PYTHONUNBUFFERED", "1"),
@@ -46,14 +49,19 @@ pub fn prepare() -> Config {
     } else {
         std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
     };
-    Config { env: default_env(std::env::vars()), cwd, guest_dir: guest_dir() }
+    Config {
+        env: default_env(std::env::vars()),
+        cwd,
+        guest_dir: guest_dir(),
+    }
 }
 
 /// The inherited environment with [`DEFAULT_ENV`] filled in where unset.
 pub fn default_env(inherited: impl Iterator<Item = (String, String)>) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = inherited.collect();
     for (k, v) in DEFAULT_ENV {
-        env.entry((*k).to_string()).or_insert_with(|| (*v).to_string());
+        env.entry((*k).to_string())
+            .or_insert_with(|| (*v).to_string());
     }
     env
 }

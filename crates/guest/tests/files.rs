@@ -15,7 +15,13 @@ fn scratch(name: &str) -> PathBuf {
 
 fn write(g: &Guest, path: &str, data: &[u8]) -> Vec<common::Reply> {
     let id = g.id();
-    g.send(&HostMsg::FileWrite { id, path: path.into() }, vec![]);
+    g.send(
+        &HostMsg::FileWrite {
+            id,
+            path: path.into(),
+        },
+        vec![],
+    );
     for chunk in data.chunks(1024 * 1024) {
         g.send(&HostMsg::FileChunk { id }, chunk.to_vec());
     }
@@ -26,7 +32,10 @@ fn write(g: &Guest, path: &str, data: &[u8]) -> Vec<common::Reply> {
 fn read(g: &Guest, path: &str) -> Result<Vec<u8>, (ErrorCode, String)> {
     let id = g.id();
     let mut data = Vec::new();
-    for (msg, body) in g.call(HostMsg::FileRead { id, path: path.into() }) {
+    for (msg, body) in g.call(HostMsg::FileRead {
+        id,
+        path: path.into(),
+    }) {
         match msg {
             GuestMsg::FileChunk { .. } => {
                 assert!(body.len() <= 1024 * 1024);
@@ -53,10 +62,18 @@ fn round_trip_including_50_mb() {
     let dir = scratch("rt");
     let small = dir.join("a/b/small.bin");
     let r = write(&g, small.to_str().unwrap(), b"\x00\xffhello");
-    assert_eq!(r[0].0, GuestMsg::FileWritten { id: r[0].0.id(), bytes: 7 });
+    assert_eq!(
+        r[0].0,
+        GuestMsg::FileWritten {
+            id: r[0].0.id(),
+            bytes: 7
+        }
+    );
     assert_eq!(read(&g, small.to_str().unwrap()).unwrap(), b"\x00\xffhello");
 
-    let big: Vec<u8> = (0..50 * 1024 * 1024u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let big: Vec<u8> = (0..50 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     let path = dir.join("big.bin");
     let r = write(&g, path.to_str().unwrap(), &big);
     assert!(matches!(r[0].0, GuestMsg::FileWritten { bytes, .. } if bytes == big.len() as u64));
@@ -74,7 +91,13 @@ fn abort_leaves_no_trace() {
     let dir = scratch("abort");
     let path = dir.join("f");
     let id = g.id();
-    g.send(&HostMsg::FileWrite { id, path: path.to_str().unwrap().into() }, vec![]);
+    g.send(
+        &HostMsg::FileWrite {
+            id,
+            path: path.to_str().unwrap().into(),
+        },
+        vec![],
+    );
     g.send(&HostMsg::FileChunk { id }, b"partial".to_vec());
     let r = g.call(HostMsg::FileAbort { id });
     assert_eq!(r[0].0, GuestMsg::Done { id });
@@ -91,18 +114,45 @@ fn path_errors() {
     let (code, msg) = read(&g, d).unwrap_err();
     assert_eq!(code, ErrorCode::Invalid);
     assert!(msg.contains("is a directory"), "{msg}");
-    assert_eq!(read(&g, &format!("{d}/missing")).unwrap_err().0, ErrorCode::NotFound);
+    assert_eq!(
+        read(&g, &format!("{d}/missing")).unwrap_err().0,
+        ErrorCode::NotFound
+    );
     assert_eq!(read(&g, "relative/path").unwrap_err().0, ErrorCode::Invalid);
-    assert_eq!(error_code(&write(&g, "rel", b"x")), Some(ErrorCode::Invalid));
+    assert_eq!(
+        error_code(&write(&g, "rel", b"x")),
+        Some(ErrorCode::Invalid)
+    );
     assert_eq!(error_code(&write(&g, d, b"x")), Some(ErrorCode::Invalid));
     let id = g.id();
-    assert_eq!(error_code(&g.call(HostMsg::Stat { id, path: format!("{d}/nope") })), Some(ErrorCode::NotFound));
+    assert_eq!(
+        error_code(&g.call(HostMsg::Stat {
+            id,
+            path: format!("{d}/nope")
+        })),
+        Some(ErrorCode::NotFound)
+    );
     let id = g.id();
-    assert_eq!(error_code(&g.call(HostMsg::ListDir { id, path: "x".into() })), Some(ErrorCode::Invalid));
+    assert_eq!(
+        error_code(&g.call(HostMsg::ListDir {
+            id,
+            path: "x".into()
+        })),
+        Some(ErrorCode::Invalid)
+    );
     let id = g.id();
-    assert_eq!(error_code(&g.call(HostMsg::Remove { id, path: format!("{d}/nope") })), Some(ErrorCode::NotFound));
+    assert_eq!(
+        error_code(&g.call(HostMsg::Remove {
+            id,
+            path: format!("{d}/nope")
+        })),
+        Some(ErrorCode::NotFound)
+    );
     let id = g.id();
-    assert_eq!(error_code(&g.call(HostMsg::FileEnd { id })), Some(ErrorCode::NotFound));
+    assert_eq!(
+        error_code(&g.call(HostMsg::FileEnd { id })),
+        Some(ErrorCode::NotFound)
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -112,34 +162,68 @@ fn list_stat_remove_mkdir() {
     let dir = scratch("ls");
     let d = dir.to_str().unwrap().to_string();
     let id = g.id();
-    assert_eq!(g.call(HostMsg::MakeDir { id, path: format!("{d}/sub/deeper") })[0].0, GuestMsg::Done { id });
+    assert_eq!(
+        g.call(HostMsg::MakeDir {
+            id,
+            path: format!("{d}/sub/deeper")
+        })[0]
+            .0,
+        GuestMsg::Done { id }
+    );
     write(&g, &format!("{d}/b.txt"), b"12345");
     write(&g, &format!("{d}/sub/deeper/x"), b"x");
     std::os::unix::fs::symlink("b.txt", dir.join("a-link")).unwrap();
 
     let id = g.id();
-    let entries = match &g.call(HostMsg::ListDir { id, path: d.clone() })[0].0 {
+    let entries = match &g.call(HostMsg::ListDir {
+        id,
+        path: d.clone(),
+    })[0]
+        .0
+    {
         GuestMsg::DirList { entries, .. } => entries.clone(),
         other => panic!("{other:?}"),
     };
     let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["a-link", "b.txt", "sub"]);
     assert!(entries[0].is_symlink && !entries[0].is_dir);
-    assert_eq!((entries[1].size, entries[1].path.clone()), (5, format!("{d}/b.txt")));
+    assert_eq!(
+        (entries[1].size, entries[1].path.clone()),
+        (5, format!("{d}/b.txt"))
+    );
     assert_eq!(entries[1].mode & 0o170000, 0o100000);
     assert!(entries[1].mtime > 1_600_000_000);
     assert!(entries[2].is_dir);
 
     let id = g.id();
-    match &g.call(HostMsg::Stat { id, path: format!("{d}/a-link") })[0].0 {
+    match &g.call(HostMsg::Stat {
+        id,
+        path: format!("{d}/a-link"),
+    })[0]
+        .0
+    {
         GuestMsg::Stat { entry, .. } => assert!(entry.is_symlink && entry.name == "a-link"),
         other => panic!("{other:?}"),
     }
     let id = g.id();
-    assert_eq!(g.call(HostMsg::Remove { id, path: format!("{d}/sub") })[0].0, GuestMsg::Done { id });
+    assert_eq!(
+        g.call(HostMsg::Remove {
+            id,
+            path: format!("{d}/sub")
+        })[0]
+            .0,
+        GuestMsg::Done { id }
+    );
     assert!(!dir.join("sub").exists());
     let id = g.id();
-    assert_eq!(g.call(HostMsg::Remove { id, path: format!("{d}/a-link") })[0].0, GuestMsg::Done { id });
+    assert_eq!(
+        g.call(HostMsg::Remove {
+            id,
+            path: format!("{d}/a-link")
+        })[0]
+            .0,
+        GuestMsg::Done { id }
+    );
     assert!(dir.join("b.txt").exists());
     std::fs::remove_dir_all(dir).unwrap();
 }

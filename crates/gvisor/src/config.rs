@@ -74,7 +74,10 @@ mod tests {
             hostname: "sandbox".into(),
         };
         let v = render(&spec);
-        assert_eq!(v["linux"]["resources"]["memory"]["limit"], 512 * 1024 * 1024);
+        assert_eq!(
+            v["linux"]["resources"]["memory"]["limit"],
+            512 * 1024 * 1024
+        );
         assert_eq!(v["linux"]["resources"]["cpu"]["quota"], 200_000);
         assert_eq!(v["linux"]["cgroupsPath"], "pandastack/ps-00");
         assert_eq!(v["mounts"][3]["source"], "/g");

@@ -2,7 +2,9 @@
 
 use crate::{cgroup, config, runsc::Runsc};
 use async_trait::async_trait;
-use pandastack_engine::{Engine, EngineError, Instance, InstanceStats, InstanceStatus, SandboxSpec};
+use pandastack_engine::{
+    Engine, EngineError, Instance, InstanceStats, InstanceStatus, SandboxSpec,
+};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -39,7 +41,11 @@ impl GvisorEngine {
     pub fn new(cfg: GvisorConfig) -> Result<Self, EngineError> {
         std::fs::create_dir_all(&cfg.state_root)?;
         Ok(GvisorEngine {
-            runsc: Runsc { binary: cfg.runsc, root: cfg.state_root, platform: cfg.platform },
+            runsc: Runsc {
+                binary: cfg.runsc,
+                root: cfg.state_root,
+                platform: cfg.platform,
+            },
             shim_command: cfg.shim_command,
         })
     }
@@ -58,20 +64,32 @@ impl GvisorEngine {
 
     /// Starts the shim around `runsc <global> <sub_args>` in its own session and waits for the
     /// guest socket.
-    async fn start(&self, op: &'static str, spec: &SandboxSpec, sub_args: Vec<String>) -> Result<Instance, EngineError> {
+    async fn start(
+        &self,
+        op: &'static str,
+        spec: &SandboxSpec,
+        sub_args: Vec<String>,
+    ) -> Result<Instance, EngineError> {
         let dir = &spec.dir;
         let socket = Self::socket(dir);
         let exit_file = dir.join("exit");
         let _ = std::fs::remove_file(&exit_file);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("shim.log"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("shim.log"))?;
         let mut runsc_cmd = vec![self.runsc.binary.display().to_string()];
         runsc_cmd.extend(self.runsc.global_args(Some(&dir.join("overlay"))));
         runsc_cmd.extend(sub_args);
 
-        let (program, lead) = self
-            .shim_command
-            .split_first()
-            .ok_or_else(|| EngineError::Failed { op, id: spec.instance_id.clone(), detail: "no shim command".into() })?;
+        let (program, lead) =
+            self.shim_command
+                .split_first()
+                .ok_or_else(|| EngineError::Failed {
+                    op,
+                    id: spec.instance_id.clone(),
+                    detail: "no shim command".into(),
+                })?;
         let mut cmd = std::process::Command::new(program);
         cmd.args(lead)
             .arg("--socket")
@@ -104,12 +122,19 @@ impl GvisorEngine {
         loop {
             if socket.exists() {
                 debug!(instance_id = %spec.instance_id, ms = started.elapsed().as_millis() as u64, "{op}: guest socket up");
-                return Ok(Instance { instance_id: spec.instance_id.clone(), guest_socket: socket });
+                return Ok(Instance {
+                    instance_id: spec.instance_id.clone(),
+                    guest_socket: socket,
+                });
             }
             if exit_file.exists() || started.elapsed() > START_TIMEOUT {
                 let detail = last_log_line(&dir.join("shim.log"));
                 let _ = self.destroy(&spec.instance_id, dir).await;
-                return Err(EngineError::Failed { op, id: spec.instance_id.clone(), detail });
+                return Err(EngineError::Failed {
+                    op,
+                    id: spec.instance_id.clone(),
+                    detail,
+                });
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -127,7 +152,13 @@ fn last_log_line(path: &Path) -> String {
         .unwrap_or("runsc exited early")
         .to_string();
     line.split_whitespace()
-        .map(|w| if w.starts_with('/') { w.rsplit('/').next().unwrap_or(w) } else { w })
+        .map(|w| {
+            if w.starts_with('/') {
+                w.rsplit('/').next().unwrap_or(w)
+            } else {
+                w
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -141,8 +172,16 @@ impl Engine for GvisorEngine {
     async fn boot(&self, spec: &SandboxSpec) -> Result<Instance, EngineError> {
         self.prepare(spec)?;
         let bundle = spec.dir.join("bundle").display().to_string();
-        self.start("boot", spec, vec!["run".into(), format!("--bundle={bundle}"), spec.instance_id.clone()])
-            .await
+        self.start(
+            "boot",
+            spec,
+            vec![
+                "run".into(),
+                format!("--bundle={bundle}"),
+                spec.instance_id.clone(),
+            ],
+        )
+        .await
     }
 
     async fn restore(&self, spec: &SandboxSpec, image: &Path) -> Result<Instance, EngineError> {
@@ -157,7 +196,12 @@ impl Engine for GvisorEngine {
         self.start("restore", spec, args).await
     }
 
-    async fn checkpoint(&self, id: &str, image: &Path, leave_running: bool) -> Result<(), EngineError> {
+    async fn checkpoint(
+        &self,
+        id: &str,
+        image: &Path,
+        leave_running: bool,
+    ) -> Result<(), EngineError> {
         std::fs::create_dir_all(image)?;
         let image_arg = format!("--image-path={}", image.display());
         let mut args = vec!["checkpoint", image_arg.as_str(), "--compression=none"];
@@ -169,15 +213,25 @@ impl Engine for GvisorEngine {
     }
 
     async fn pause(&self, id: &str) -> Result<(), EngineError> {
-        self.runsc.call("pause", id, &["pause", id]).await.map(|_| ())
+        self.runsc
+            .call("pause", id, &["pause", id])
+            .await
+            .map(|_| ())
     }
 
     async fn resume(&self, id: &str) -> Result<(), EngineError> {
-        self.runsc.call("resume", id, &["resume", id]).await.map(|_| ())
+        self.runsc
+            .call("resume", id, &["resume", id])
+            .await
+            .map(|_| ())
     }
 
     async fn destroy(&self, id: &str, dir: &Path) -> Result<(), EngineError> {
-        if let Err(e) = self.runsc.call("delete", id, &["delete", "--force", id]).await {
+        if let Err(e) = self
+            .runsc
+            .call("delete", id, &["delete", "--force", id])
+            .await
+        {
             debug!(instance_id = id, error = %e, "runsc delete");
         }
         // The shim exits once runsc does; give it a moment so the directory is quiet.
@@ -208,7 +262,9 @@ impl Engine for GvisorEngine {
                     _ => InstanceStatus::Stopped,
                 })
             }
-            Err(EngineError::Failed { detail, .. }) if detail.contains("does not exist") || detail.contains("not found") => {
+            Err(EngineError::Failed { detail, .. })
+                if detail.contains("does not exist") || detail.contains("not found") =>
+            {
                 Ok(InstanceStatus::Missing)
             }
             Err(e) => Err(e),
@@ -221,6 +277,11 @@ impl Engine for GvisorEngine {
 
     async fn list(&self) -> Result<Vec<String>, EngineError> {
         let out = self.runsc.call("list", "-", &["list", "--quiet"]).await?;
-        Ok(out.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+        Ok(out
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect())
     }
 }

@@ -34,7 +34,12 @@ impl Runsc {
     ///
     /// # Errors
     /// [`EngineError::Failed`] with runsc's stderr (last line) when it exits non-zero.
-    pub async fn call(&self, op: &'static str, id: &str, args: &[&str]) -> Result<String, EngineError> {
+    pub async fn call(
+        &self,
+        op: &'static str,
+        id: &str,
+        args: &[&str],
+    ) -> Result<String, EngineError> {
         let out = Command::new(&self.binary)
             .args(self.global_args(None))
             .args(args)
@@ -45,7 +50,16 @@ impl Runsc {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let detail = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").to_string();
-        Err(EngineError::Failed { op, id: id.to_string(), detail })
+        let detail = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output")
+            .to_string();
+        Err(EngineError::Failed {
+            op,
+            id: id.to_string(),
+            detail,
+        })
     }
 }

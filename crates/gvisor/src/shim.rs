@@ -92,7 +92,9 @@ fn pump_guest_to_client(mut guest: UnixStream, client: Client) {
 fn accept_loop(listener: UnixListener, client: Client, to_guest: Arc<Mutex<UnixStream>>) {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        let Ok(reader) = conn.try_clone() else { continue };
+        let Ok(reader) = conn.try_clone() else {
+            continue;
+        };
         if let Some(old) = lock(&client).replace(conn) {
             let _ = old.shutdown(std::net::Shutdown::Both);
         }

@@ -8,7 +8,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "pandastack", version, about = "Sandboxes for AI agents: server and CLI")]
+#[command(
+    name = "pandastack",
+    version,
+    about = "Sandboxes for AI agents: server and CLI"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -37,7 +41,11 @@ struct ServerArgs {
     #[arg(long, env = "PANDASTACK_LISTEN", default_value = "127.0.0.1:7700")]
     listen: SocketAddr,
     /// Where the store, templates, instances and snapshots live.
-    #[arg(long, env = "PANDASTACK_DATA_DIR", default_value = "/var/lib/pandastack")]
+    #[arg(
+        long,
+        env = "PANDASTACK_DATA_DIR",
+        default_value = "/var/lib/pandastack"
+    )]
     data_dir: PathBuf,
     /// The static guest daemon (default: `pandastack-guest` beside this binary).
     #[arg(long, env = "PANDASTACK_GUEST_BIN")]
@@ -51,13 +59,23 @@ struct ServerArgs {
     /// gVisor platform: ptrace (default; ~0 idle CPU here) or systrap.
     #[arg(long, env = "PANDASTACK_PLATFORM", default_value = "ptrace")]
     platform: String,
+    /// Sandboxes restored ahead of time per template, so creates only claim one (0: off).
+    #[arg(long, env = "PANDASTACK_POOL_SIZE", default_value_t = 2)]
+    pool_size: usize,
+    /// Idle seconds after which a persistent sandbox is hibernated (seed 003: 5 minutes).
+    #[arg(long, env = "PANDASTACK_IDLE_HIBERNATE_SECONDS", default_value_t = 300)]
+    idle_hibernate_seconds: i64,
 }
 
 #[derive(Args)]
 struct BakeArgs {
     /// Template names (`base`, `code-interpreter`); all built-ins when none are given.
     names: Vec<String>,
-    #[arg(long, env = "PANDASTACK_DATA_DIR", default_value = "/var/lib/pandastack")]
+    #[arg(
+        long,
+        env = "PANDASTACK_DATA_DIR",
+        default_value = "/var/lib/pandastack"
+    )]
     data_dir: PathBuf,
     /// Build again even when the recipe is unchanged (bumps the generation).
     #[arg(long)]
@@ -70,7 +88,11 @@ enum AdminCommand {
     WorkspaceCreate {
         #[arg(long)]
         name: String,
-        #[arg(long, env = "PANDASTACK_DATA_DIR", default_value = "/var/lib/pandastack")]
+        #[arg(
+            long,
+            env = "PANDASTACK_DATA_DIR",
+            default_value = "/var/lib/pandastack"
+        )]
         data_dir: PathBuf,
     },
 }
@@ -86,8 +108,12 @@ struct ShimArgs {
 }
 
 fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PANDASTACK_LOG").unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PANDASTACK_LOG")
+        .unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> Result<()> {
@@ -106,10 +132,15 @@ fn main() -> Result<()> {
             init_logs();
             let exe = std::env::current_exe().context("locating this binary")?;
             let exe_dir = exe.parent().map(PathBuf::from).unwrap_or_default();
-            let guest_bin = a.guest_bin.unwrap_or_else(|| exe_dir.join("pandastack-guest"));
-            let kernel_py = a
-                .kernel_py
-                .unwrap_or_else(|| guest_bin.parent().map(|d| d.join("kernel.py")).unwrap_or_default());
+            let guest_bin = a
+                .guest_bin
+                .unwrap_or_else(|| exe_dir.join("pandastack-guest"));
+            let kernel_py = a.kernel_py.unwrap_or_else(|| {
+                guest_bin
+                    .parent()
+                    .map(|d| d.join("kernel.py"))
+                    .unwrap_or_default()
+            });
             let cfg = pandastack_server::ServerConfig {
                 listen: a.listen,
                 data_dir: a.data_dir,
@@ -117,6 +148,8 @@ fn main() -> Result<()> {
                 kernel_py,
                 runsc: a.runsc,
                 platform: a.platform,
+                pool_size: a.pool_size,
+                idle_hibernate_seconds: a.idle_hibernate_seconds,
                 shim_command: vec![exe.display().to_string(), "shim".into()],
             };
             let rt = tokio::runtime::Runtime::new()?;
@@ -140,14 +173,19 @@ fn main() -> Result<()> {
 fn bake(a: BakeArgs) -> Result<()> {
     let store = pandastack_templates::TemplateStore::new(a.data_dir.join("templates"));
     let names = if a.names.is_empty() {
-        pandastack_templates::builtins().into_iter().map(|r| r.name).collect()
+        pandastack_templates::builtins()
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
     } else {
         a.names
     };
     for name in names {
         let started = std::time::Instant::now();
         let info = store
-            .bake_builtin(&name, a.force, &mut |line: &str| eprintln!("[{name}] {line}"))
+            .bake_builtin(&name, a.force, &mut |line: &str| {
+                eprintln!("[{name}] {line}")
+            })
             .with_context(|| format!("baking template {name}"))?;
         println!(
             "template {} generation {} ({} MiB) ready in {:.1} s",

@@ -33,8 +33,17 @@ fn hash(key: &str) -> String {
 ///
 /// # Errors
 /// Store errors.
-pub fn create_key(store: &Store, workspace_id: &str, label: &str, expires_at: Option<i64>) -> Result<(String, ApiKeyRow), StoreError> {
-    let secret: String = rand::thread_rng().sample_iter(&Alphanumeric).take(40).map(char::from).collect();
+pub fn create_key(
+    store: &Store,
+    workspace_id: &str,
+    label: &str,
+    expires_at: Option<i64>,
+) -> Result<(String, ApiKeyRow), StoreError> {
+    let secret: String = rand::thread_rng()
+        .sample_iter(&Alphanumeric)
+        .take(40)
+        .map(char::from)
+        .collect();
     let key = format!("pds_{secret}");
     let row = ApiKeyRow {
         prefix: key[..PREFIX_LEN].to_string(),
@@ -55,7 +64,11 @@ pub fn create_key(store: &Store, workspace_id: &str, label: &str, expires_at: Op
 /// Store errors.
 pub fn create_workspace(store: &Store, name: &str) -> Result<(String, String), StoreError> {
     let id = format!("ws-{}", uuid::Uuid::new_v4().simple());
-    store.insert_workspace(&WorkspaceRow { id: id.clone(), name: name.to_string(), created_at: now_ms() })?;
+    store.insert_workspace(&WorkspaceRow {
+        id: id.clone(),
+        name: name.to_string(),
+        created_at: now_ms(),
+    })?;
     let (key, _) = create_key(store, &id, "admin", None)?;
     Ok((id, key))
 }
@@ -71,10 +84,16 @@ pub fn authenticate(store: &Store, key: &str) -> Result<Caller, ApiError> {
     }
     let row = store.api_key(&key[..PREFIX_LEN])?.ok_or_else(bad)?;
     let expired = row.expires_at.is_some_and(|t| t <= now_ms());
-    if row.revoked_at.is_some() || expired || !constant_time_eq(row.hash.as_bytes(), hash(key).as_bytes()) {
+    if row.revoked_at.is_some()
+        || expired
+        || !constant_time_eq(row.hash.as_bytes(), hash(key).as_bytes())
+    {
         return Err(bad());
     }
-    Ok(Caller { workspace_id: row.workspace_id, key_prefix: row.prefix })
+    Ok(Caller {
+        workspace_id: row.workspace_id,
+        key_prefix: row.prefix,
+    })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -90,11 +109,15 @@ impl FromRequestParts<AppState> for Caller {
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <API key>".into()))?;
+            .ok_or_else(|| {
+                ApiError::Unauthorized("missing Authorization: Bearer <API key>".into())
+            })?;
         let key = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
-            .ok_or_else(|| ApiError::Unauthorized("Authorization must be 'Bearer <API key>'".into()))?;
+            .ok_or_else(|| {
+                ApiError::Unauthorized("Authorization must be 'Bearer <API key>'".into())
+            })?;
         authenticate(&state.host.store, key.trim())
     }
 }
@@ -112,7 +135,9 @@ mod tests {
         let mut forged = key.clone();
         forged.push('x');
         assert!(authenticate(&store, &forged).is_err());
-        store.revoke_api_key(&ws, &key[..PREFIX_LEN], now_ms()).unwrap();
+        store
+            .revoke_api_key(&ws, &key[..PREFIX_LEN], now_ms())
+            .unwrap();
         assert!(authenticate(&store, &key).is_err());
     }
 }

@@ -45,6 +45,18 @@ impl ApiError {
     /// A 500 whose cause is logged but not sent.
     pub fn internal(what: &str, cause: impl std::fmt::Display) -> Self {
         error!(error = %cause, "{what}");
+        if matches!(
+            what,
+            "sandbox boot"
+                | "restore"
+                | "checkpoint"
+                | "pause"
+                | "resume"
+                | "template boot"
+                | "template checkpoint"
+        ) {
+            crate::metrics::engine_failed(what);
+        }
         ApiError::Internal(format!("{what} failed"))
     }
 }
@@ -52,15 +64,25 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        (status, axum::Json(ErrorBody { error: self.to_string() })).into_response()
+        (
+            status,
+            axum::Json(ErrorBody {
+                error: self.to_string(),
+            }),
+        )
+            .into_response()
     }
 }
 
 impl From<pandastack_store::StoreError> for ApiError {
     fn from(e: pandastack_store::StoreError) -> Self {
         match e {
-            pandastack_store::StoreError::NotFound(what) => ApiError::NotFound(format!("{what} not found")),
-            pandastack_store::StoreError::Conflict(what) => ApiError::Conflict(format!("{what} already exists")),
+            pandastack_store::StoreError::NotFound(what) => {
+                ApiError::NotFound(format!("{what} not found"))
+            }
+            pandastack_store::StoreError::Conflict(what) => {
+                ApiError::Conflict(format!("{what} already exists"))
+            }
             other => ApiError::internal("store", other),
         }
     }

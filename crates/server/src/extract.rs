@@ -38,7 +38,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for RequiredJson<T> {
             .await
             .map_err(|e| ApiError::BadRequest(format!("unreadable request body: {e}")))?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(ApiError::BadRequest("request body is required (JSON)".into()));
+            return Err(ApiError::BadRequest(
+                "request body is required (JSON)".into(),
+            ));
         }
         decode(&bytes).map(RequiredJson)
     }
@@ -78,13 +80,21 @@ pub fn sandbox_id(raw: &str) -> Result<String, ApiError> {
 pub fn sandbox_path(raw: Option<&str>) -> Result<String, ApiError> {
     let p = raw.ok_or_else(|| ApiError::BadRequest("query parameter 'path' is required".into()))?;
     if p.is_empty() || !p.starts_with('/') {
-        return Err(ApiError::BadRequest(format!("path '{}' must be absolute", truncate(p))));
+        return Err(ApiError::BadRequest(format!(
+            "path '{}' must be absolute",
+            truncate(p)
+        )));
     }
     if p.len() > 4096 || p.contains('\0') {
-        return Err(ApiError::BadRequest("path is too long or contains NUL".into()));
+        return Err(ApiError::BadRequest(
+            "path is too long or contains NUL".into(),
+        ));
     }
     if p.split('/').any(|c| c == "..") {
-        return Err(ApiError::BadRequest(format!("path '{}' must not contain '..'", truncate(p))));
+        return Err(ApiError::BadRequest(format!(
+            "path '{}' must not contain '..'",
+            truncate(p)
+        )));
     }
     Ok(p.to_string())
 }

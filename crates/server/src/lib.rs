@@ -14,6 +14,7 @@ pub mod error;
 pub mod extract;
 pub mod guest;
 pub mod host;
+pub mod metrics;
 pub mod state;
 
 use axum::Router;
@@ -41,6 +42,7 @@ pub fn app(state: AppState) -> Router {
         .merge(api::snapshots::router())
         .merge(api::fork::router())
         .merge(api::events::router())
+        .merge(api::metrics::router())
         .merge(api::fs::router())
         .merge(api::repl::router())
         .merge(api::templates::router())
@@ -48,7 +50,12 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .nest("/v1", v1)
         .route("/health", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            axum::routing::get(api::metrics::prometheus_text),
+        )
         .fallback(|| async { error::ApiError::NotFound("no such endpoint".into()) })
+        .layer(axum::middleware::from_fn(api::metrics::track))
         .with_state(state)
 }
 
@@ -62,6 +69,10 @@ pub struct ServerConfig {
     pub kernel_py: PathBuf,
     pub runsc: PathBuf,
     pub platform: String,
+    /// Idle seconds before a persistent sandbox is hibernated.
+    pub idle_hibernate_seconds: i64,
+    /// Pre-restored sandboxes per template (warm pool); 0 disables it.
+    pub pool_size: usize,
     /// How to start a shim: this binary plus `shim`.
     pub shim_command: Vec<String>,
 }
@@ -90,16 +101,33 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     let store = Arc::new(Store::open(&cfg.data_dir.join("store.db"))?);
     bootstrap(&store, &cfg)?;
     let guest_dir = host::install_guest_dir(&cfg.data_dir, &cfg.guest_bin, &cfg.kernel_py)?;
-    let engine: Arc<dyn Engine> = Arc::new(pandastack_gvisor::GvisorEngine::new(pandastack_gvisor::GvisorConfig {
-        runsc: cfg.runsc.clone(),
-        state_root: cfg.data_dir.join("runsc"),
-        platform: cfg.platform.clone(),
-        shim_command: cfg.shim_command.clone(),
-    })?);
+    let engine: Arc<dyn Engine> = Arc::new(pandastack_gvisor::GvisorEngine::new(
+        pandastack_gvisor::GvisorConfig {
+            runsc: cfg.runsc.clone(),
+            state_root: cfg.data_dir.join("runsc"),
+            platform: cfg.platform.clone(),
+            shim_command: cfg.shim_command.clone(),
+        },
+    )?);
     let templates = Arc::new(TemplateStore::new(cfg.data_dir.join("templates")));
-    let host = Host::new(store, engine, templates, HostConfig { data_dir: cfg.data_dir.clone(), guest_dir, default_ttl_seconds: 3600 });
-    host.recover().await.map_err(|e| StartError::Recover(e.to_string()))?;
+    let host = Host::new(
+        store,
+        engine,
+        templates,
+        HostConfig {
+            data_dir: cfg.data_dir.clone(),
+            guest_dir,
+            default_ttl_seconds: 3600,
+            pool_size: cfg.pool_size,
+            idle_hibernate_seconds: cfg.idle_hibernate_seconds,
+        },
+    );
+    host.recover()
+        .await
+        .map_err(|e| StartError::Recover(e.to_string()))?;
     host.spawn_sweepers();
+    host.spawn_health_monitor();
+    host.prepare_template_images();
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
     info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "pandastack server listening");
     axum::serve(listener, app(AppState { host })).await?;
@@ -111,13 +139,19 @@ fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {
         return Ok(());
     }
     let (ws, key) = auth::create_workspace(store, "default")?;
-    let lines = format!("export PANDASTACK_API=http://{}\nexport PANDASTACK_API_KEY={key}\n", cfg.listen);
+    let lines = format!(
+        "export PANDASTACK_API=http://{}\nexport PANDASTACK_API_KEY={key}\n",
+        cfg.listen
+    );
     let path = cfg.data_dir.join("admin.env");
     std::fs::write(&path, &lines)?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     info!(workspace_id = %ws, "created the first workspace and its admin key");
-    println!("First start: created workspace {ws}. Use it with:\n{lines}(also saved to {})", path.display());
+    println!(
+        "First start: created workspace {ws}. Use it with:\n{lines}(also saved to {})",
+        path.display()
+    );
     Ok(())
 }
 

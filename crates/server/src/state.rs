@@ -71,7 +71,9 @@ pub fn transition(from: SandboxState, to: SandboxState) -> Result<SandboxState, 
     if ok {
         Ok(to)
     } else {
-        Err(ApiError::Conflict(format!("sandbox is {from}; cannot go to {to}")))
+        Err(ApiError::Conflict(format!(
+            "sandbox is {from}; cannot go to {to}"
+        )))
     }
 }
 

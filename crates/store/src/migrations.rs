@@ -104,7 +104,9 @@ mod tests {
         let mut c = rusqlite::Connection::open_in_memory().unwrap();
         super::apply(&mut c).unwrap();
         super::apply(&mut c).unwrap();
-        let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let v: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(v as usize, super::MIGRATIONS.len());
     }
 }

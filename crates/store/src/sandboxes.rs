@@ -10,8 +10,9 @@ const SANDBOX_COLS: &str = "id, workspace_id, template, template_generation, sta
 fn sandbox_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
     let json = |i: usize| -> rusqlite::Result<std::collections::BTreeMap<String, String>> {
         let s: String = r.get(i)?;
-        serde_json::from_str(&s)
-            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e)))
+        serde_json::from_str(&s).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+        })
     };
     Ok(SandboxRow {
         id: r.get(0)?,
@@ -85,7 +86,10 @@ impl Store {
     /// [`StoreError::Sqlite`].
     pub fn sandbox(&self, id: &str) -> Result<Option<SandboxRow>, StoreError> {
         let sql = format!("SELECT {SANDBOX_COLS} FROM sandboxes WHERE id = ?1");
-        Ok(self.conn().query_row(&sql, params![id], sandbox_from_row).optional()?)
+        Ok(self
+            .conn()
+            .query_row(&sql, params![id], sandbox_from_row)
+            .optional()?)
     }
 
     /// Sandboxes not deleted, oldest first; of one workspace, or of all when `workspace_id` is
@@ -93,7 +97,10 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Sqlite`].
-    pub fn live_sandboxes(&self, workspace_id: Option<&str>) -> Result<Vec<SandboxRow>, StoreError> {
+    pub fn live_sandboxes(
+        &self,
+        workspace_id: Option<&str>,
+    ) -> Result<Vec<SandboxRow>, StoreError> {
         let sql = format!(
             "SELECT {SANDBOX_COLS} FROM sandboxes WHERE deleted_at IS NULL AND (?1 IS NULL OR workspace_id = ?1)
              ORDER BY created_at"
@@ -112,7 +119,14 @@ impl Store {
         self.conn().execute(
             "INSERT INTO code_contexts (id, sandbox_id, kernel_id, language, created_at, closed_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![c.id, c.sandbox_id, c.kernel_id, c.language, c.created_at, c.closed_at],
+            params![
+                c.id,
+                c.sandbox_id,
+                c.kernel_id,
+                c.language,
+                c.created_at,
+                c.closed_at
+            ],
         )?;
         Ok(())
     }
@@ -187,7 +201,11 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Sqlite`].
-    pub fn list_snapshots(&self, workspace_id: &str, sandbox_id: Option<&str>) -> Result<Vec<SnapshotRow>, StoreError> {
+    pub fn list_snapshots(
+        &self,
+        workspace_id: &str,
+        sandbox_id: Option<&str>,
+    ) -> Result<Vec<SnapshotRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT id, workspace_id, sandbox_id, template, template_generation, cpu, memory_mb, rootfs, guest_dir,
@@ -202,7 +220,11 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Sqlite`].
-    pub fn snapshot(&self, workspace_id: &str, id: &str) -> Result<Option<SnapshotRow>, StoreError> {
+    pub fn snapshot(
+        &self,
+        workspace_id: &str,
+        id: &str,
+    ) -> Result<Option<SnapshotRow>, StoreError> {
         Ok(self
             .conn()
             .query_row(
@@ -219,9 +241,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::NotFound`] when the workspace has no such snapshot.
     pub fn delete_snapshot(&self, workspace_id: &str, id: &str) -> Result<(), StoreError> {
-        let n = self
-            .conn()
-            .execute("DELETE FROM snapshots WHERE workspace_id = ?1 AND id = ?2", params![workspace_id, id])?;
+        let n = self.conn().execute(
+            "DELETE FROM snapshots WHERE workspace_id = ?1 AND id = ?2",
+            params![workspace_id, id],
+        )?;
         if n == 0 {
             return Err(StoreError::NotFound(format!("snapshot {id}")));
         }
@@ -232,7 +255,15 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Sqlite`].
-    pub fn insert_event(&self, workspace_id: &str, sandbox_id: &str, from: &str, to: &str, cause: &str, at: i64) -> Result<EventRow, StoreError> {
+    pub fn insert_event(
+        &self,
+        workspace_id: &str,
+        sandbox_id: &str,
+        from: &str,
+        to: &str,
+        cause: &str,
+        at: i64,
+    ) -> Result<EventRow, StoreError> {
         let conn = self.conn();
         conn.execute(
             "INSERT INTO events (workspace_id, sandbox_id, from_state, to_state, cause, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -254,7 +285,13 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Sqlite`].
-    pub fn events(&self, workspace_id: &str, sandbox_id: Option<&str>, after: i64, limit: i64) -> Result<Vec<EventRow>, StoreError> {
+    pub fn events(
+        &self,
+        workspace_id: &str,
+        sandbox_id: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT seq, workspace_id, sandbox_id, from_state, to_state, cause, at FROM events
@@ -330,7 +367,12 @@ mod tests {
     fn sandboxes_are_scoped_and_round_trip() {
         let s = Store::open_in_memory().unwrap();
         for ws in ["a", "b"] {
-            s.insert_workspace(&WorkspaceRow { id: ws.into(), name: ws.into(), created_at: 0 }).unwrap();
+            s.insert_workspace(&WorkspaceRow {
+                id: ws.into(),
+                name: ws.into(),
+                created_at: 0,
+            })
+            .unwrap();
         }
         s.put_sandbox(&sandbox("s1", "a")).unwrap();
         s.put_sandbox(&sandbox("s2", "b")).unwrap();
@@ -346,9 +388,14 @@ mod tests {
     #[test]
     fn events_resume_after_sequence() {
         let s = Store::open_in_memory().unwrap();
-        let e1 = s.insert_event("a", "s1", "creating", "running", "create", 1).unwrap();
-        s.insert_event("b", "s9", "creating", "running", "create", 1).unwrap();
-        let e3 = s.insert_event("a", "s1", "running", "paused", "api", 2).unwrap();
+        let e1 = s
+            .insert_event("a", "s1", "creating", "running", "create", 1)
+            .unwrap();
+        s.insert_event("b", "s9", "creating", "running", "create", 1)
+            .unwrap();
+        let e3 = s
+            .insert_event("a", "s1", "running", "paused", "api", 2)
+            .unwrap();
         let after = s.events("a", None, e1.seq, 100).unwrap();
         assert_eq!(after, vec![e3]);
     }
@@ -356,13 +403,28 @@ mod tests {
     #[test]
     fn contexts_close_once() {
         let s = Store::open_in_memory().unwrap();
-        s.insert_workspace(&WorkspaceRow { id: "a".into(), name: "a".into(), created_at: 0 }).unwrap();
+        s.insert_workspace(&WorkspaceRow {
+            id: "a".into(),
+            name: "a".into(),
+            created_at: 0,
+        })
+        .unwrap();
         s.put_sandbox(&sandbox("s1", "a")).unwrap();
-        let c = ContextRow { id: "c1".into(), sandbox_id: "s1".into(), kernel_id: "k1".into(), language: "python".into(), created_at: 1, closed_at: None };
+        let c = ContextRow {
+            id: "c1".into(),
+            sandbox_id: "s1".into(),
+            kernel_id: "k1".into(),
+            language: "python".into(),
+            created_at: 1,
+            closed_at: None,
+        };
         s.insert_context(&c).unwrap();
         assert_eq!(s.open_contexts("s1").unwrap(), vec![c]);
         s.close_context("s1", "c1", 2).unwrap();
-        assert!(matches!(s.close_context("s1", "c1", 3), Err(StoreError::NotFound(_))));
+        assert!(matches!(
+            s.close_context("s1", "c1", 3),
+            Err(StoreError::NotFound(_))
+        ));
         assert!(s.open_contexts("s1").unwrap().is_empty());
     }
 }

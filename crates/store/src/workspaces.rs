@@ -21,7 +21,9 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlite`].
     pub fn count_workspaces(&self) -> Result<i64, StoreError> {
-        Ok(self.conn().query_row("SELECT COUNT(*) FROM workspaces", [], |r| r.get(0))?)
+        Ok(self
+            .conn()
+            .query_row("SELECT COUNT(*) FROM workspaces", [], |r| r.get(0))?)
     }
 
     /// Inserts an API key row.
@@ -71,7 +73,12 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::NotFound`] when the workspace has no live key with this prefix.
-    pub fn revoke_api_key(&self, workspace_id: &str, prefix: &str, now: i64) -> Result<(), StoreError> {
+    pub fn revoke_api_key(
+        &self,
+        workspace_id: &str,
+        prefix: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
         let n = self.conn().execute(
             "UPDATE api_keys SET revoked_at = ?3 WHERE workspace_id = ?1 AND prefix = ?2 AND revoked_at IS NULL",
             params![workspace_id, prefix, now],

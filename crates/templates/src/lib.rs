@@ -33,7 +33,11 @@
 //!
 //! ## Building
 //!
-//! [`MmdebstrapBuilder`] runs `mmdebstrap --variant=minbase` as root. pip in
+//! [`MmdebstrapBuilder`] runs `mmdebstrap --variant=minbase --mode=unshare` as
+//! root (its mounts live in a private mount namespace, so a killed bake leaves
+//! none behind; deleting a build refuses anyway if something is mounted inside
+//! it). Documentation, man pages and translations are not installed
+//! ([`DPKG_PATH_FILTERS`]), and mmdebstrap drops the apt lists and cache. pip in
 //! the chroot cannot reach PyPI (TLS interception; the CA bundle is the
 //! host's), so wheels are downloaded on the host (`pip download --platform
 //! manylinux1_x86_64 --python-version 3.11`), cached in
@@ -60,7 +64,7 @@ pub use error::{BakeError, BakeStep, RecipeError, StoreError};
 pub use meta::TemplateInfo;
 pub use mmdebstrap::MmdebstrapBuilder;
 pub use recipe::{
-    validate_name, Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, RECIPE_FORMAT_VERSION,
-    SUITE, VARIANT, WHEELS_HOOK, WHEEL_PLATFORM, WHEEL_PYTHON,
+    validate_name, Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, MODE,
+    RECIPE_FORMAT_VERSION, SUITE, VARIANT, WHEELS_HOOK, WHEEL_PLATFORM, WHEEL_PYTHON,
 };
 pub use store::TemplateStore;

@@ -1,7 +1,7 @@
 //! The production [`Builder`]: Debian bookworm via `mmdebstrap --variant=minbase`.
 //!
-//! One mmdebstrap run per bake, as root (mode `root`, chosen by mmdebstrap when
-//! run by uid 0): packages from [`MIRROR`], then the customize hooks (wheels
+//! One mmdebstrap run per bake, as root in mode `unshare` (a private mount
+//! namespace): packages from [`MIRROR`], then the customize hooks (wheels
 //! first, then [`FINISH_HOOK`]), then mmdebstrap's own cleanup, which drops the
 //! apt lists and package cache. Pinned wheels are downloaded on the host first
 //! (see [`wheels`](crate::wheels)) and staged in the build's work directory.
@@ -15,7 +15,7 @@ use crate::builder::Builder;
 use crate::command::run_streamed;
 use crate::error::{BakeError, BakeStep};
 use crate::recipe::{
-    Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, SUITE, VARIANT, WHEELS_HOOK,
+    Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, MODE, SUITE, VARIANT, WHEELS_HOOK,
 };
 use crate::{verify, wheels};
 
@@ -69,7 +69,11 @@ impl Builder for MmdebstrapBuilder {
         log: &mut dyn FnMut(&str),
     ) -> Result<(), BakeError> {
         let mut cmd = Command::new("mmdebstrap");
-        cmd.arg(format!("--variant={VARIANT}"))
+        // unshare mode as root: mmdebstrap mounts /proc, /sys and device nodes in
+        // a private mount namespace, so a killed bake leaves no host mounts in
+        // the partial build.
+        cmd.arg(format!("--mode={MODE}"))
+            .arg(format!("--variant={VARIANT}"))
             .arg(format!("--architectures={ARCH}"))
             .arg(format!("--include={}", recipe.packages.join(",")))
             .args(DPKG_PATH_FILTERS.iter().map(|f| format!("--dpkgopt={f}")));

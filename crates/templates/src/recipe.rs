@@ -22,6 +22,9 @@ pub const SUITE: &str = "bookworm";
 /// mmdebstrap variant: Essential plus apt, nothing else (`--variant=minbase`).
 pub const VARIANT: &str = "minbase";
 
+/// mmdebstrap `--mode`: `unshare` run as root (private mount namespace).
+pub const MODE: &str = "unshare";
+
 /// Debian mirror passed to mmdebstrap.
 pub const MIRROR: &str = "http://deb.debian.org/debian";
 
@@ -96,6 +99,7 @@ impl Recipe {
         field("format", &RECIPE_FORMAT_VERSION.to_string());
         field("suite", SUITE);
         field("variant", VARIANT);
+        field("mode", MODE);
         field("mirror", MIRROR);
         field("arch", ARCH);
         DPKG_PATH_FILTERS.iter().for_each(|f| field("dpkg", f));

@@ -47,7 +47,13 @@ fn bake(name: &str) -> (TemplateStore, TemplateInfo, PathBuf) {
 
 fn check_common(info: &TemplateInfo) {
     let rootfs = &info.rootfs;
-    assert!(rootfs.join("usr/bin/bash").is_file());
+    let bash = std::fs::metadata(rootfs.join("usr/bin/bash")).unwrap();
+    assert!(bash.is_file());
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&bash),
+        0,
+        "owned by root"
+    );
     assert!(rootfs.join("bin/bash").exists());
     assert!(rootfs.join("usr/bin/python3").exists());
     for dir in ["workspace", "data", "home/panda", ".pandastack"] {

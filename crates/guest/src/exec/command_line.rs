@@ -26,12 +26,68 @@ const SPECIAL_IN_DOUBLE: &[char] = &['$', '`', '\\', '!'];
 /// Words that are shell builtins or keywords without an equivalent program in `PATH`, or whose
 /// program differs in a way that matters (`cd` in a child does nothing).
 const SHELL_WORDS: &[&str] = &[
-    "cd", "export", "source", ".", "exit", "exec", "set", "unset", "alias", "unalias", "type",
-    "ulimit", "umask", "eval", "read", "wait", "time", "history", "declare", "typeset", "local",
-    "let", "shopt", "trap", "builtin", "command", "hash", "help", "jobs", "fg", "bg", "disown",
-    "return", "shift", "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done",
-    "case", "esac", "function", "select", "coproc", "readonly", "enable", "logout", "pushd",
-    "popd", "dirs", "suspend", "compgen", "complete", "mapfile", "readarray", "caller", "times",
+    "cd",
+    "export",
+    "source",
+    ".",
+    "exit",
+    "exec",
+    "set",
+    "unset",
+    "alias",
+    "unalias",
+    "type",
+    "ulimit",
+    "umask",
+    "eval",
+    "read",
+    "wait",
+    "time",
+    "history",
+    "declare",
+    "typeset",
+    "local",
+    "let",
+    "shopt",
+    "trap",
+    "builtin",
+    "command",
+    "hash",
+    "help",
+    "jobs",
+    "fg",
+    "bg",
+    "disown",
+    "return",
+    "shift",
+    "if",
+    "then",
+    "else",
+    "elif",
+    "fi",
+    "for",
+    "while",
+    "until",
+    "do",
+    "done",
+    "case",
+    "esac",
+    "function",
+    "select",
+    "coproc",
+    "readonly",
+    "enable",
+    "logout",
+    "pushd",
+    "popd",
+    "dirs",
+    "suspend",
+    "compgen",
+    "complete",
+    "mapfile",
+    "readarray",
+    "caller",
+    "times",
 ];
 
 /// Plans how to run `line`.
@@ -104,17 +160,43 @@ mod tests {
     fn plain_words_run_directly() {
         assert_eq!(plan("/bin/true"), direct(&["/bin/true"]));
         assert_eq!(plan("  ls -la  /tmp "), direct(&["ls", "-la", "/tmp"]));
-        assert_eq!(plan("echo 'a b' \"c d\" e'f'g ''"), direct(&["echo", "a b", "c d", "efg", ""]));
-        assert_eq!(plan("pip install --index-url=x pandas==2"), direct(&["pip", "install", "--index-url=x", "pandas==2"]));
+        assert_eq!(
+            plan("echo 'a b' \"c d\" e'f'g ''"),
+            direct(&["echo", "a b", "c d", "efg", ""])
+        );
+        assert_eq!(
+            plan("pip install --index-url=x pandas==2"),
+            direct(&["pip", "install", "--index-url=x", "pandas==2"])
+        );
         assert_eq!(plan("echo 'it$s'"), direct(&["echo", "it$s"]));
     }
 
     #[test]
     fn shell_syntax_goes_to_shell() {
         for line in [
-            "", "   ", "ls | wc", "a && b", "a; b", "echo > f", "echo $HOME", "echo `x`", "ls *.py",
-            "FOO=1 env", "cd /tmp", "echo ~", "echo \"$x\"", "echo 'open", "echo \\n", "a\nb",
-            "echo #c", "(ls)", "{ ls; }", "export A=1", "if true", "echo !!", "ls [ab]",
+            "",
+            "   ",
+            "ls | wc",
+            "a && b",
+            "a; b",
+            "echo > f",
+            "echo $HOME",
+            "echo `x`",
+            "ls *.py",
+            "FOO=1 env",
+            "cd /tmp",
+            "echo ~",
+            "echo \"$x\"",
+            "echo 'open",
+            "echo \\n",
+            "a\nb",
+            "echo #c",
+            "(ls)",
+            "{ ls; }",
+            "export A=1",
+            "if true",
+            "echo !!",
+            "ls [ab]",
         ] {
             assert_eq!(plan(line), Plan::Shell, "{line:?}");
         }

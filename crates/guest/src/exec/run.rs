@@ -29,22 +29,44 @@ pub fn start(ctx: &Ctx, id: RequestId, req: Request) -> Result<(), OpError> {
             s.changed.notify_all();
         })
     };
-    let mut child = match spawn(&ctx.reaper, &ctx.config.env, &ctx.config.cwd, &req, &on_exit)? {
+    let mut child = match spawn(
+        &ctx.reaper,
+        &ctx.config.env,
+        &ctx.config.cwd,
+        &req,
+        &on_exit,
+    )? {
         Spawned::Running(child) => child,
         Spawned::Failed { exit_code, stderr } => {
-            ctx.out.send_with(&GuestMsg::Output { id, stream: OutputStream::Stderr }, stderr.into_bytes());
+            ctx.out.send_with(
+                &GuestMsg::Output {
+                    id,
+                    stream: OutputStream::Stderr,
+                },
+                stderr.into_bytes(),
+            );
             let duration_ms = started.elapsed().as_millis() as u64;
-            ctx.out.send(&GuestMsg::Exited { id, exit_code, timed_out: false, duration_ms });
+            ctx.out.send(&GuestMsg::Exited {
+                id,
+                exit_code,
+                timed_out: false,
+                duration_ms,
+            });
             return Ok(());
         }
     };
     let pgid = child.id() as i32;
     ctx.execs.insert(id, pgid);
     shared.progress().open_pipes = 2;
-    let pipes = [
-        child.stdout.take().map(|p| output::forward(ctx.out.clone(), shared.clone(), id, OutputStream::Stdout, p)),
-        child.stderr.take().map(|p| output::forward(ctx.out.clone(), shared.clone(), id, OutputStream::Stderr, p)),
-    ];
+    let pipes =
+        [
+            child.stdout.take().map(|p| {
+                output::forward(ctx.out.clone(), shared.clone(), id, OutputStream::Stdout, p)
+            }),
+            child.stderr.take().map(|p| {
+                output::forward(ctx.out.clone(), shared.clone(), id, OutputStream::Stderr, p)
+            }),
+        ];
     for pipe in pipes {
         if !matches!(pipe, Some(Ok(()))) {
             shared.progress().open_pipes -= 1;
@@ -58,13 +80,21 @@ pub fn start(ctx: &Ctx, id: RequestId, req: Request) -> Result<(), OpError> {
         let closed = shared.gate();
         let exit_code = status.map(exit_code).unwrap_or(-1);
         let duration_ms = started.elapsed().as_millis() as u64;
-        c.out.send(&GuestMsg::Exited { id, exit_code, timed_out, duration_ms });
+        c.out.send(&GuestMsg::Exited {
+            id,
+            exit_code,
+            timed_out,
+            duration_ms,
+        });
         drop(closed);
     });
     if let Err(e) = worker {
         kill_group(pgid);
         ctx.execs.remove(id);
-        return Err(OpError::new(ErrorCode::Io, format!("cannot start exec worker: {e}")));
+        return Err(OpError::new(
+            ErrorCode::Io,
+            format!("cannot start exec worker: {e}"),
+        ));
     }
     // Dropping `child` neither waits nor kills; the reaper owns its status.
     drop(child);
@@ -97,7 +127,10 @@ fn wait(shared: &Shared, pgid: i32, deadline: Option<Instant>) -> (Option<i32>, 
             (a, b) => a.or(b),
         };
         progress = match wake {
-            Some(w) => match shared.changed.wait_timeout(progress, w.saturating_duration_since(now)) {
+            Some(w) => match shared
+                .changed
+                .wait_timeout(progress, w.saturating_duration_since(now))
+            {
                 Ok((p, _)) => p,
                 Err(poisoned) => poisoned.into_inner().0,
             },

@@ -39,7 +39,10 @@ mod tests {
     #[test]
     fn only_absolute_paths() {
         assert!(checked("/a/b").is_ok());
-        assert_eq!(checked("a/b").unwrap_err().code, pandastack_guest_protocol::ErrorCode::Invalid);
+        assert_eq!(
+            checked("a/b").unwrap_err().code,
+            pandastack_guest_protocol::ErrorCode::Invalid
+        );
         assert!(checked("").is_err());
         assert!(checked("/a\0").is_err());
     }

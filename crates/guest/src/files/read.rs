@@ -27,7 +27,8 @@ pub fn read(ctx: &Ctx, id: RequestId, path: &str) -> Result<(), OpError> {
         if n == 0 {
             break;
         }
-        ctx.out.send_with(&GuestMsg::FileChunk { id }, buf[..n].to_vec());
+        ctx.out
+            .send_with(&GuestMsg::FileChunk { id }, buf[..n].to_vec());
         if n < buf.len() {
             break;
         }

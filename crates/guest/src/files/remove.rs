@@ -13,6 +13,10 @@ pub fn remove(path: &str) -> Result<(), OpError> {
         return Err(OpError::invalid("refusing to remove /"));
     }
     let meta = std::fs::symlink_metadata(p).map_err(|e| OpError::io(path, &e))?;
-    let result = if meta.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
+    let result = if meta.is_dir() {
+        std::fs::remove_dir_all(p)
+    } else {
+        std::fs::remove_file(p)
+    };
     result.map_err(|e| OpError::io(path, &e))
 }

@@ -23,7 +23,12 @@ pub struct Uploads {
 }
 
 enum Upload {
-    Writing { file: File, tmp: PathBuf, dest: PathBuf, bytes: u64 },
+    Writing {
+        file: File,
+        tmp: PathBuf,
+        dest: PathBuf,
+        bytes: u64,
+    },
     Failed,
 }
 
@@ -36,7 +41,15 @@ impl Uploads {
     pub fn begin(&mut self, id: RequestId, path: &str) -> Result<(), OpError> {
         match open(path, id) {
             Ok((file, tmp, dest)) => {
-                self.active.insert(id, Upload::Writing { file, tmp, dest, bytes: 0 });
+                self.active.insert(
+                    id,
+                    Upload::Writing {
+                        file,
+                        tmp,
+                        dest,
+                        bytes: 0,
+                    },
+                );
                 Ok(())
             }
             Err(e) => {
@@ -52,7 +65,12 @@ impl Uploads {
     /// `NotFound` for an unknown id, `Io` when the write fails (the temp file is removed).
     pub fn chunk(&mut self, id: RequestId, body: &[u8]) -> Result<(), OpError> {
         match self.active.get_mut(&id) {
-            Some(Upload::Writing { file, tmp, dest, bytes }) => match file.write_all(body) {
+            Some(Upload::Writing {
+                file,
+                tmp,
+                dest,
+                bytes,
+            }) => match file.write_all(body) {
                 Ok(()) => {
                     *bytes += body.len() as u64;
                     Ok(())
@@ -75,7 +93,12 @@ impl Uploads {
     /// `NotFound` for an unknown id, `Io`/`Invalid` when the rename fails.
     pub fn end(&mut self, out: &Out, id: RequestId) -> Result<(), OpError> {
         match self.active.remove(&id) {
-            Some(Upload::Writing { file, tmp, dest, bytes }) => {
+            Some(Upload::Writing {
+                file,
+                tmp,
+                dest,
+                bytes,
+            }) => {
                 drop(file);
                 if let Err(e) = std::fs::rename(&tmp, &dest) {
                     let _ = std::fs::remove_file(&tmp);
@@ -101,7 +124,10 @@ impl Uploads {
 }
 
 fn unknown(id: RequestId) -> OpError {
-    OpError::new(ErrorCode::NotFound, format!("no upload in progress for request {id}"))
+    OpError::new(
+        ErrorCode::NotFound,
+        format!("no upload in progress for request {id}"),
+    )
 }
 
 /// Creates the parents of `path` and a temp file beside it (with the mode of an existing
@@ -152,10 +178,16 @@ mod tests {
         up.chunk(2, b"zzz").unwrap();
         up.abort(&sink(), 2).unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"hello world");
-        assert_eq!(std::fs::read_dir(dest.parent().unwrap()).unwrap().count(), 1);
+        assert_eq!(
+            std::fs::read_dir(dest.parent().unwrap()).unwrap().count(),
+            1
+        );
 
         assert_eq!(up.chunk(3, b"x").unwrap_err().code, ErrorCode::NotFound);
-        assert_eq!(up.begin(4, &dir.to_string_lossy()).unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(
+            up.begin(4, &dir.to_string_lossy()).unwrap_err().code,
+            ErrorCode::Invalid
+        );
         assert!(up.chunk(4, b"swallowed").is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }

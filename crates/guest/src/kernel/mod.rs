@@ -87,7 +87,10 @@ impl Kernels {
     /// Adds `kernel` unless a live kernel has its id. Returns false when one does.
     pub fn insert_if_free(&self, kernel: Arc<Kernel>) -> bool {
         let mut table = lock(&self.table);
-        if table.get(&kernel.kernel_id).is_some_and(|k| k.dead().is_none()) {
+        if table
+            .get(&kernel.kernel_id)
+            .is_some_and(|k| k.dead().is_none())
+        {
             return false;
         }
         table.insert(kernel.kernel_id.clone(), kernel);
@@ -128,5 +131,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Unix time, ms.
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

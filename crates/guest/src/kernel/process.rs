@@ -57,47 +57,56 @@ pub fn spawn(
 
 /// Starts the thread that forwards the driver's stdout lines to `events`.
 pub fn read_lines(stdout: ChildStdout, events: Sender<Event>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("kernel-out".into()).spawn(move || {
-        let mut reader = BufReader::with_capacity(256 * 1024, stdout);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let text = String::from_utf8_lossy(&line).trim_end().to_string();
-                    if events.send(Event::Line(text)).is_err() {
-                        break;
+    std::thread::Builder::new()
+        .name("kernel-out".into())
+        .spawn(move || {
+            let mut reader = BufReader::with_capacity(256 * 1024, stdout);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                        if events.send(Event::Line(text)).is_err() {
+                            break;
+                        }
                     }
                 }
             }
-        }
-        let _ = events.send(Event::Closed);
-    })?;
+            let _ = events.send(Event::Closed);
+        })?;
     Ok(())
 }
 
 /// Starts the thread that keeps the last [`STDERR_TAIL_BYTES`] of the driver's stderr.
 pub fn keep_tail(mut stderr: ChildStderr, tail: Arc<Mutex<Vec<u8>>>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("kernel-err".into()).spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stderr.read(&mut buf) {
-            if n == 0 {
-                break;
+    std::thread::Builder::new()
+        .name("kernel-err".into())
+        .spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut t = super::lock(&tail);
+                t.extend_from_slice(&buf[..n]);
+                let excess = t.len().saturating_sub(STDERR_TAIL_BYTES);
+                t.drain(..excess);
             }
-            let mut t = super::lock(&tail);
-            t.extend_from_slice(&buf[..n]);
-            let excess = t.len().saturating_sub(STDERR_TAIL_BYTES);
-            t.drain(..excess);
-        }
-    })?;
+        })?;
     Ok(())
 }
 
 /// The last non-empty line of `tail`, at most 300 characters.
 pub fn last_line(tail: &[u8]) -> String {
     let text = String::from_utf8_lossy(tail);
-    let line = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     line.chars().take(300).collect()
 }
 
@@ -107,7 +116,10 @@ mod tests {
 
     #[test]
     fn last_line_of_tail() {
-        assert_eq!(last_line(b"Traceback...\nModuleNotFoundError: x\n\n"), "ModuleNotFoundError: x");
+        assert_eq!(
+            last_line(b"Traceback...\nModuleNotFoundError: x\n\n"),
+            "ModuleNotFoundError: x"
+        );
         assert_eq!(last_line(b""), "");
     }
 }

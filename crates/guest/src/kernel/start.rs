@@ -28,24 +28,53 @@ pub fn start(
     env: BTreeMap<String, String>,
 ) -> Result<(), OpError> {
     if language != "python" {
-        return Err(OpError::invalid(format!("language {language:?} is not supported (only python)")));
+        return Err(OpError::invalid(format!(
+            "language {language:?} is not supported (only python)"
+        )));
     }
-    if ctx.kernels.get(kernel_id).is_some_and(|k| k.dead().is_none()) {
-        return Err(OpError::invalid(format!("kernel {kernel_id} already exists")));
+    if ctx
+        .kernels
+        .get(kernel_id)
+        .is_some_and(|k| k.dead().is_none())
+    {
+        return Err(OpError::invalid(format!(
+            "kernel {kernel_id} already exists"
+        )));
     }
     let driver = ctx.config.guest_dir.join(DRIVER);
     if !driver.is_file() {
-        return Err(OpError::kernel(format!("kernel driver {} is missing", driver.display())));
+        return Err(OpError::kernel(format!(
+            "kernel driver {} is missing",
+            driver.display()
+        )));
     }
-    let status = Arc::new(Mutex::new(Status { dead: None, last_used_ms: now_ms() }));
+    let status = Arc::new(Mutex::new(Status {
+        dead: None,
+        last_used_ms: now_ms(),
+    }));
     let (events_tx, events) = mpsc::channel();
     let s = Arc::clone(&status);
     let on_exit = Box::new(move |status| {
-        let why = format!("kernel died (exit code {})", crate::reaper::exit_code(status));
+        let why = format!(
+            "kernel died (exit code {})",
+            crate::reaper::exit_code(status)
+        );
         lock(&s).dead.get_or_insert(why);
     });
-    let mut child = process::spawn(&ctx.reaper, &ctx.config, &driver, &env, events_tx.clone(), on_exit)
-        .map_err(|e| OpError::kernel(format!("cannot start python3: {}", crate::error::reason(&e))))?;
+    let mut child = process::spawn(
+        &ctx.reaper,
+        &ctx.config,
+        &driver,
+        &env,
+        events_tx.clone(),
+        on_exit,
+    )
+    .map_err(|e| {
+        OpError::kernel(format!(
+            "cannot start python3: {}",
+            crate::error::reason(&e)
+        ))
+    })?;
     let pid = child.id();
     let stderr_tail = Arc::new(Mutex::new(Vec::new()));
     let piped = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
@@ -76,7 +105,9 @@ pub fn start(
     });
     if !ctx.kernels.insert_if_free(Arc::clone(&kernel)) {
         kill_group(pid as i32);
-        return Err(OpError::invalid(format!("kernel {kernel_id} already exists")));
+        return Err(OpError::invalid(format!(
+            "kernel {kernel_id} already exists"
+        )));
     }
     let (out, k) = (ctx.out.clone(), Arc::clone(&kernel));
     let spawned = std::thread::Builder::new()
@@ -87,7 +118,11 @@ pub fn start(
         kill_group(pid as i32);
         return Err(OpError::kernel(format!("cannot start kernel worker: {e}")));
     }
-    ctx.out.send(&GuestMsg::KernelStarted { id, kernel_id: kernel_id.to_string(), pid });
+    ctx.out.send(&GuestMsg::KernelStarted {
+        id,
+        kernel_id: kernel_id.to_string(),
+        pid,
+    });
     Ok(())
 }
 
@@ -97,17 +132,22 @@ fn wait_ready(events: &Receiver<Event>, tail: &Mutex<Vec<u8>>) -> Result<(), OpE
     match events.recv_timeout(timeout) {
         Ok(Event::Line(line)) => match serde_json::from_str::<Ready>(&line) {
             Ok(r) if r.ready => Ok(()),
-            _ => Err(OpError::kernel(format!("kernel sent {:?} instead of ready", truncate(&line)))),
+            _ => Err(OpError::kernel(format!(
+                "kernel sent {:?} instead of ready",
+                truncate(&line)
+            ))),
         },
         Ok(Event::Closed) | Ok(Event::Exited(_)) | Err(RecvTimeoutError::Disconnected) => {
             // Let the stderr thread catch the traceback before quoting it.
             std::thread::sleep(Duration::from_millis(100));
             let why = process::last_line(&lock(tail));
-            Err(OpError::kernel(format!("kernel exited during start: {why}")))
+            Err(OpError::kernel(format!(
+                "kernel exited during start: {why}"
+            )))
         }
-        Err(RecvTimeoutError::Timeout) => {
-            Err(OpError::kernel(format!("kernel did not start within {START_TIMEOUT_MS} ms")))
-        }
+        Err(RecvTimeoutError::Timeout) => Err(OpError::kernel(format!(
+            "kernel did not start within {START_TIMEOUT_MS} ms"
+        ))),
     }
 }
 

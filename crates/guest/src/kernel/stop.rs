@@ -12,10 +12,9 @@ use pandastack_guest_protocol::ErrorCode;
 /// # Errors
 /// `NotFound` for an unknown kernel.
 pub fn stop(ctx: &Ctx, kernel_id: &str) -> Result<(), OpError> {
-    let kernel = ctx
-        .kernels
-        .remove(kernel_id)
-        .ok_or_else(|| OpError::new(ErrorCode::NotFound, format!("kernel {kernel_id} not found")))?;
+    let kernel = ctx.kernels.remove(kernel_id).ok_or_else(|| {
+        OpError::new(ErrorCode::NotFound, format!("kernel {kernel_id} not found"))
+    })?;
     kernel.mark_dead(format!("kernel {kernel_id} was stopped"));
     lock(&kernel.jobs).take();
     kill_group(kernel.pid as i32);

@@ -63,7 +63,8 @@ mod tests {
 
     #[test]
     fn parses_driver_lines() {
-        let r: Ready = serde_json::from_str(r#"{"ready": true, "ipython": false, "python": "3"}"#).unwrap();
+        let r: Ready =
+            serde_json::from_str(r#"{"ready": true, "ipython": false, "python": "3"}"#).unwrap();
         assert!(r.ready && !r.ipython);
         let d: CellDone = serde_json::from_str(
             r#"{"seq": 3, "results": [{"text/plain": "2"}], "stdout": "", "stderr": "", "error": null, "exit_code": 0, "duration_ms": 1}"#,
@@ -71,7 +72,11 @@ mod tests {
         .unwrap();
         assert_eq!(d.seq, Some(3));
         assert_eq!(d.into_execution().results[0]["text/plain"], "2");
-        let line = serde_json::to_string(&RunCell { seq: 1, code: "1+1" }).unwrap();
+        let line = serde_json::to_string(&RunCell {
+            seq: 1,
+            code: "1+1",
+        })
+        .unwrap();
         assert_eq!(line, r#"{"seq":1,"code":"1+1"}"#);
     }
 }

@@ -22,7 +22,13 @@ use std::time::{Duration, Instant};
 pub const INTERRUPT_GRACE_MS: u64 = 2000;
 
 /// Serves `jobs` until the queue is closed (kernel stopped and all queued runs answered).
-pub fn serve(out: &Out, kernel: &Kernel, mut stdin: ChildStdin, events: &Receiver<Event>, jobs: Receiver<Job>) {
+pub fn serve(
+    out: &Out,
+    kernel: &Kernel,
+    mut stdin: ChildStdin,
+    events: &Receiver<Event>,
+    jobs: Receiver<Job>,
+) {
     let mut seq = 0;
     for job in jobs {
         seq += 1;
@@ -32,7 +38,10 @@ pub fn serve(out: &Out, kernel: &Kernel, mut stdin: ChildStdin, events: &Receive
         };
         kernel.touch();
         match result {
-            Ok(execution) => out.send(&GuestMsg::KernelResult { id: job.id, execution }),
+            Ok(execution) => out.send(&GuestMsg::KernelResult {
+                id: job.id,
+                execution,
+            }),
             Err(e) => out.error(job.id, e.code, &e.message),
         }
     }
@@ -45,13 +54,18 @@ fn run_cell(
     seq: u64,
     job: &Job,
 ) -> Result<Execution, OpError> {
-    let mut line = serde_json::to_vec(&RunCell { seq, code: &job.code })
-        .map_err(|e| OpError::invalid(format!("cannot encode cell: {e}")))?;
+    let mut line = serde_json::to_vec(&RunCell {
+        seq,
+        code: &job.code,
+    })
+    .map_err(|e| OpError::invalid(format!("cannot encode cell: {e}")))?;
     line.push(b'\n');
     if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
         return Err(died(kernel, events, None));
     }
-    let deadline = job.timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+    let deadline = job
+        .timeout_ms
+        .map(|ms| Instant::now() + Duration::from_millis(ms));
     let mut interrupted_at: Option<Instant> = None;
     loop {
         let until = match interrupted_at {
@@ -64,11 +78,15 @@ fn run_cell(
         };
         match event {
             Ok(Event::Line(text)) => match serde_json::from_str::<CellDone>(&text) {
-                Ok(done) if done.seq == Some(seq) => return Ok(finish(done, interrupted_at.is_some(), job)),
+                Ok(done) if done.seq == Some(seq) => {
+                    return Ok(finish(done, interrupted_at.is_some(), job))
+                }
                 _ => continue,
             },
             Ok(Event::Exited(status)) => return Err(died(kernel, events, Some(status))),
-            Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => return Err(died(kernel, events, None)),
+            Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => {
+                return Err(died(kernel, events, None))
+            }
             Err(RecvTimeoutError::Timeout) if interrupted_at.is_none() => {
                 // SAFETY: kill takes plain integers.
                 unsafe {
@@ -94,7 +112,10 @@ fn finish(done: CellDone, interrupted: bool, job: &Job) -> Execution {
     if interrupted && execution.error.is_some() {
         let ms = job.timeout_ms.unwrap_or(0);
         let tb = execution.error.take().unwrap_or_default();
-        execution.error = Some(format!("{}\nTimeoutError: execution exceeded {ms} ms", tb.trim_end()));
+        execution.error = Some(format!(
+            "{}\nTimeoutError: execution exceeded {ms} ms",
+            tb.trim_end()
+        ));
         execution.exit_code = 1;
         execution.timed_out = true;
     }

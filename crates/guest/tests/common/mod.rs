@@ -12,11 +12,14 @@ use std::time::{Duration, Instant};
 /// A reply: the message and its body.
 pub type Reply = (GuestMsg, Vec<u8>);
 
+/// Replies by request id, and the condvar signalled when one arrives.
+type Inbox = Arc<(Mutex<HashMap<RequestId, Vec<Reply>>>, Condvar)>;
+
 /// A running guest daemon.
 pub struct Guest {
     child: Child,
     stdin: Mutex<ChildStdin>,
-    replies: Arc<(Mutex<HashMap<RequestId, Vec<Reply>>>, Condvar)>,
+    replies: Inbox,
     next_id: AtomicU64,
 }
 
@@ -29,9 +32,31 @@ impl Guest {
     /// The guest binary copied to `<rootfs>/.pandastack/` (with kernel.py) and run under chroot.
     pub fn start_in(rootfs: &Path) -> Guest {
         install(rootfs);
-        let mut cmd = Command::new("chroot");
-        cmd.arg(rootfs).arg("/.pandastack/pandastack-guest").env_clear();
+        let chroot = ["/usr/sbin/chroot", "/usr/bin/chroot", "/sbin/chroot"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("chroot binary");
+        let mut cmd = Command::new(chroot);
+        cmd.arg(rootfs)
+            .arg("/.pandastack/pandastack-guest")
+            .env_clear();
         Self::from_command(cmd)
+    }
+
+    /// The guest binary copied with kernel.py into a fresh temp dir, run on this host (its
+    /// python3 decides which kernel flavour runs).
+    pub fn start_with_driver() -> Guest {
+        let dir =
+            std::env::temp_dir().join(format!("pg-driver-{}-{}", std::process::id(), next_dir()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(
+            env!("CARGO_BIN_EXE_pandastack-guest"),
+            dir.join("pandastack-guest"),
+        )
+        .unwrap();
+        std::fs::copy(crate_dir.join("kernel.py"), dir.join("kernel.py")).unwrap();
+        Self::from_command(Command::new(dir.join("pandastack-guest")))
     }
 
     fn from_command(mut cmd: Command) -> Guest {
@@ -43,20 +68,35 @@ impl Guest {
             .expect("spawn guest");
         let stdin = child.stdin.take().unwrap();
         let mut stdout = child.stdout.take().unwrap();
-        let replies: Arc<(Mutex<HashMap<RequestId, Vec<Reply>>>, Condvar)> = Arc::default();
+        let replies: Inbox = Arc::default();
         let r = Arc::clone(&replies);
         std::thread::spawn(move || {
             while let Ok(frame) = read_frame(&mut stdout) {
                 let msg: GuestMsg = frame.decode().expect("guest sent a bad frame");
                 let (map, cv) = &*r;
-                map.lock().unwrap().entry(msg.id()).or_default().push((msg, frame.body));
+                map.lock()
+                    .unwrap()
+                    .entry(msg.id())
+                    .or_default()
+                    .push((msg, frame.body));
                 cv.notify_all();
             }
         });
-        let g = Guest { child, stdin: Mutex::new(stdin), replies, next_id: AtomicU64::new(1) };
+        let g = Guest {
+            child,
+            stdin: Mutex::new(stdin),
+            replies,
+            next_id: AtomicU64::new(1),
+        };
         let id = g.id();
-        let hello = g.call(HostMsg::Hello { id, version: pandastack_guest_protocol::PROTOCOL_VERSION });
-        assert!(matches!(hello.last().unwrap().0, GuestMsg::HelloOk { .. }), "{hello:?}");
+        let hello = g.call(HostMsg::Hello {
+            id,
+            version: pandastack_guest_protocol::PROTOCOL_VERSION,
+        });
+        assert!(
+            matches!(hello.last().unwrap().0, GuestMsg::HelloOk { .. }),
+            "{hello:?}"
+        );
         g
     }
 
@@ -73,7 +113,10 @@ impl Guest {
 
     /// Sends raw header bytes (to test bad frames).
     pub fn send_raw(&self, header: &[u8]) {
-        let frame = Frame { header: header.to_vec(), body: Vec::new() };
+        let frame = Frame {
+            header: header.to_vec(),
+            body: Vec::new(),
+        };
         write_frame(&mut *self.stdin.lock().unwrap(), &frame).unwrap();
     }
 
@@ -83,11 +126,17 @@ impl Guest {
         let end = Instant::now() + timeout;
         let mut m = map.lock().unwrap();
         loop {
-            if m.get(&id).is_some_and(|v| v.last().is_some_and(|(msg, _)| msg.is_final())) {
+            if m.get(&id)
+                .is_some_and(|v| v.last().is_some_and(|(msg, _)| msg.is_final()))
+            {
                 return m.remove(&id).unwrap();
             }
             let now = Instant::now();
-            assert!(now < end, "no final reply for request {id} within {timeout:?}: {:?}", m.get(&id));
+            assert!(
+                now < end,
+                "no final reply for request {id} within {timeout:?}: {:?}",
+                m.get(&id)
+            );
             m = cv.wait_timeout(m, end - now).unwrap().0;
         }
     }
@@ -107,6 +156,21 @@ impl Drop for Guest {
     }
 }
 
+fn next_dir() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Whether this host's python3 can import IPython.
+pub fn host_has_ipython() -> bool {
+    Command::new("python3")
+        .args(["-c", "import IPython"])
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
 /// What an exec produced.
 #[derive(Debug)]
 pub struct ExecResult {
@@ -119,14 +183,25 @@ pub struct ExecResult {
 
 /// Splits exec replies into output and exit.
 pub fn exec_result(replies: Vec<Reply>) -> ExecResult {
-    let mut r = ExecResult { stdout: vec![], stderr: vec![], exit_code: -1, timed_out: false, error: None };
+    let mut r = ExecResult {
+        stdout: vec![],
+        stderr: vec![],
+        exit_code: -1,
+        timed_out: false,
+        error: None,
+    };
     for (msg, body) in replies {
         match msg {
-            GuestMsg::Output { stream: pandastack_guest_protocol::OutputStream::Stdout, .. } => {
-                r.stdout.extend(body)
-            }
+            GuestMsg::Output {
+                stream: pandastack_guest_protocol::OutputStream::Stdout,
+                ..
+            } => r.stdout.extend(body),
             GuestMsg::Output { .. } => r.stderr.extend(body),
-            GuestMsg::Exited { exit_code, timed_out, .. } => {
+            GuestMsg::Exited {
+                exit_code,
+                timed_out,
+                ..
+            } => {
                 r.exit_code = exit_code;
                 r.timed_out = timed_out;
             }
@@ -144,7 +219,10 @@ fn install(rootfs: &Path) {
         std::fs::create_dir_all(&dir).unwrap();
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
         for (src, name) in [
-            (Path::new(env!("CARGO_BIN_EXE_pandastack-guest")).to_path_buf(), "pandastack-guest"),
+            (
+                Path::new(env!("CARGO_BIN_EXE_pandastack-guest")).to_path_buf(),
+                "pandastack-guest",
+            ),
             (crate_dir.join("kernel.py"), "kernel.py"),
         ] {
             let tmp = dir.join(format!(".{name}.tmp"));
@@ -158,10 +236,13 @@ fn install(rootfs: &Path) {
 pub fn ci_rootfs() -> Option<&'static Path> {
     let p = Path::new("/var/lib/pandastack-try/ci-rootfs");
     if !p.join("usr/bin/python3").exists() {
-        eprintln!("SKIPPED: {} not found; kernel tests need its python3 + IPython", p.display());
+        eprintln!(
+            "SKIPPED: {} not found; kernel tests need its python3 + IPython",
+            p.display()
+        );
         return None;
     }
-    if unsafe_is_root() {
+    if is_root() {
         Some(p)
     } else {
         eprintln!("SKIPPED: chroot into {} needs root", p.display());
@@ -169,7 +250,7 @@ pub fn ci_rootfs() -> Option<&'static Path> {
     }
 }
 
-fn unsafe_is_root() -> bool {
+fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }

@@ -21,7 +21,9 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/events", get(stream)).route("/sandboxes/:id/events", get(history))
+    Router::new()
+        .route("/events", get(stream))
+        .route("/sandboxes/:id/events", get(history))
 }
 
 /// The wire form of an event.
@@ -43,15 +45,31 @@ struct StreamQuery {
 }
 
 fn sse_event(e: &EventRow) -> Event {
-    Event::default().event("transition").id(e.seq.to_string()).data(wire(e).to_string())
+    Event::default()
+        .event("transition")
+        .id(e.seq.to_string())
+        .data(wire(e).to_string())
 }
 
-async fn stream(State(st): State<AppState>, caller: Caller, Query(q): Query<StreamQuery>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let since = q.since.or_else(|| headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()));
+async fn stream(
+    State(st): State<AppState>,
+    caller: Caller,
+    Query(q): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let since = q.since.or_else(|| {
+        headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    });
     // Subscribe before reading the backlog so nothing falls between the two.
     let mut rx = st.host.events.subscribe();
     let backlog = match since {
-        Some(after) => st.host.store.events(&caller.workspace_id, None, after, 10_000)?,
+        Some(after) => st
+            .host
+            .store
+            .events(&caller.workspace_id, None, after, 10_000)?,
         None => Vec::new(),
     };
     let ws = caller.workspace_id.clone();
@@ -83,17 +101,37 @@ async fn stream(State(st): State<AppState>, caller: Caller, Query(q): Query<Stre
             }
         }
     };
-    let mut resp = Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(10)).text("ping")).into_response();
-    resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    let mut resp = Sse::new(stream)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(10))
+                .text("ping"),
+        )
+        .into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
     Ok(resp)
 }
 
-async fn history(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Vec<Value>>, ApiError> {
+async fn history(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<Value>>, ApiError> {
     let id = sandbox_id(&id)?;
     let row = st.host.store.sandbox(&id)?;
-    if row.as_ref().map(|r| r.workspace_id != caller.workspace_id).unwrap_or(true) {
+    if row
+        .as_ref()
+        .map(|r| r.workspace_id != caller.workspace_id)
+        .unwrap_or(true)
+    {
         return Err(ApiError::NotFound(format!("sandbox {id} not found")));
     }
-    let events = st.host.store.events(&caller.workspace_id, Some(&id), 0, 10_000)?;
+    let events = st
+        .host
+        .store
+        .events(&caller.workspace_id, Some(&id), 0, 10_000)?;
     Ok(Json(events.iter().map(wire).collect()))
 }

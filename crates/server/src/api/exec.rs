@@ -58,7 +58,20 @@ impl Drop for KillOnDrop {
     }
 }
 
-async fn start(st: &AppState, caller: &Caller, id: &str, req: &ExecRequest) -> Result<(GuestConn, RequestId, mpsc::Receiver<Reply>, std::sync::Arc<crate::host::Live>), ApiError> {
+async fn start(
+    st: &AppState,
+    caller: &Caller,
+    id: &str,
+    req: &ExecRequest,
+) -> Result<
+    (
+        GuestConn,
+        RequestId,
+        mpsc::Receiver<Reply>,
+        std::sync::Arc<crate::host::Live>,
+    ),
+    ApiError,
+> {
     if req.cmd.trim().is_empty() {
         return Err(ApiError::BadRequest("cmd must not be empty".into()));
     }
@@ -87,21 +100,43 @@ fn push_capped(buf: &mut Vec<u8>, chunk: &[u8], cut: &mut bool) {
     buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
 }
 
-async fn exec(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, RequiredJson(req): RequiredJson<ExecRequest>) -> Result<Json<ExecResult>, ApiError> {
+async fn exec(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RequiredJson(req): RequiredJson<ExecRequest>,
+) -> Result<Json<ExecResult>, ApiError> {
     let (conn, rid, mut rx, live) = start(&st, &caller, &id, &req).await?;
-    let mut guard = KillOnDrop { conn, id: rid, armed: true };
+    let mut guard = KillOnDrop {
+        conn,
+        id: rid,
+        armed: true,
+    };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let (mut out_cut, mut err_cut) = (false, false);
     while let Some((msg, body)) = rx.recv().await {
         match msg {
-            GuestMsg::Output { stream: OutputStream::Stdout, .. } => push_capped(&mut out, &body, &mut out_cut),
-            GuestMsg::Output { stream: OutputStream::Stderr, .. } => push_capped(&mut err, &body, &mut err_cut),
-            GuestMsg::Exited { exit_code, timed_out, duration_ms, .. } => {
+            GuestMsg::Output {
+                stream: OutputStream::Stdout,
+                ..
+            } => push_capped(&mut out, &body, &mut out_cut),
+            GuestMsg::Output {
+                stream: OutputStream::Stderr,
+                ..
+            } => push_capped(&mut err, &body, &mut err_cut),
+            GuestMsg::Exited {
+                exit_code,
+                timed_out,
+                duration_ms,
+                ..
+            } => {
                 guard.disarm();
                 live.touch().await;
                 let mut stderr = String::from_utf8_lossy(&err).into_owned();
                 if out_cut || err_cut {
-                    stderr.push_str(&format!("\n[pandastack: output cut at {MAX_CAPTURE_BYTES} bytes per stream]\n"));
+                    stderr.push_str(&format!(
+                        "\n[pandastack: output cut at {MAX_CAPTURE_BYTES} bytes per stream]\n"
+                    ));
                 }
                 let exit_code = if timed_out {
                     stderr.push_str(&format!("\n[pandastack: command timed out after {} s; its process group was killed]\n", req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)));
@@ -109,7 +144,13 @@ async fn exec(State(st): State<AppState>, caller: Caller, Path(id): Path<String>
                 } else {
                     exit_code
                 };
-                return Ok(Json(ExecResult { stdout: String::from_utf8_lossy(&out).into_owned(), stderr, exit_code, duration_ms, timed_out }));
+                return Ok(Json(ExecResult {
+                    stdout: String::from_utf8_lossy(&out).into_owned(),
+                    stderr,
+                    exit_code,
+                    duration_ms,
+                    timed_out,
+                }));
             }
             GuestMsg::Error { code, message, .. } => {
                 guard.disarm();
@@ -119,14 +160,20 @@ async fn exec(State(st): State<AppState>, caller: Caller, Path(id): Path<String>
         }
     }
     guard.disarm();
-    Err(ApiError::Unavailable("guest channel closed during exec: connection refused".into()))
+    Err(ApiError::Unavailable(
+        "guest channel closed during exec: connection refused".into(),
+    ))
 }
 
 fn event(name: &str, data: serde_json::Value) -> Event {
     Event::default().event(name).data(data.to_string())
 }
 
-fn sse_stream(mut rx: mpsc::Receiver<Reply>, mut guard: KillOnDrop, timeout_seconds: u64) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
+fn sse_stream(
+    mut rx: mpsc::Receiver<Reply>,
+    mut guard: KillOnDrop,
+    timeout_seconds: u64,
+) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
     async_stream::stream! {
         // Bytes of a UTF-8 sequence split across chunks are held back until complete.
         let mut pending: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
@@ -182,12 +229,34 @@ fn take_utf8(buf: &mut Vec<u8>) -> String {
     text
 }
 
-async fn exec_stream(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, RequiredJson(req): RequiredJson<ExecRequest>) -> Result<Response, ApiError> {
+async fn exec_stream(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RequiredJson(req): RequiredJson<ExecRequest>,
+) -> Result<Response, ApiError> {
     let (conn, rid, rx, _live) = start(&st, &caller, &id, &req).await?;
-    let guard = KillOnDrop { conn, id: rid, armed: !req.background.unwrap_or(false) };
-    let stream = sse_stream(rx, guard, req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS));
-    let mut resp = Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(10)).text("ping")).into_response();
-    resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    let guard = KillOnDrop {
+        conn,
+        id: rid,
+        armed: !req.background.unwrap_or(false),
+    };
+    let stream = sse_stream(
+        rx,
+        guard,
+        req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
+    );
+    let mut resp = Sse::new(stream)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(10))
+                .text("ping"),
+        )
+        .into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
     Ok(resp)
 }
 

@@ -46,7 +46,11 @@ struct PromoteBody {
     cleanup_siblings: bool,
 }
 
-async fn parent(st: &AppState, caller: &Caller, id: &str) -> Result<std::sync::Arc<crate::host::Live>, ApiError> {
+async fn parent(
+    st: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<std::sync::Arc<crate::host::Live>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
     if live.row.lock().await.status == "hibernated" {
         st.host.wake(&live, "implicit").await?;
@@ -54,16 +58,41 @@ async fn parent(st: &AppState, caller: &Caller, id: &str) -> Result<std::sync::A
     Ok(live)
 }
 
-async fn fork(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(b): JsonBody<ForkBody>) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+async fn fork(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<ForkBody>,
+) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
     let live = parent(&st, &caller, &id).await?;
-    let mut children = st.host.fork(&live, 1, b.metadata.unwrap_or_default()).await?;
-    let child = children.pop().ok_or_else(|| ApiError::internal("fork", "no child"))?;
-    Ok((StatusCode::CREATED, Json(sandbox_json(&child.snapshot_row().await))))
+    let t = std::time::Instant::now();
+    let mut children = st
+        .host
+        .fork(&live, 1, b.metadata.unwrap_or_default())
+        .await?;
+    crate::metrics::observe("fork", t);
+    let child = children
+        .pop()
+        .ok_or_else(|| ApiError::internal("fork", "no child"))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(sandbox_json(&child.snapshot_row().await)),
+    ))
 }
 
-async fn fork_tree(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, RequiredJson(b): RequiredJson<ForkTreeBody>) -> Result<(StatusCode, Json<Vec<Sandbox>>), ApiError> {
+async fn fork_tree(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RequiredJson(b): RequiredJson<ForkTreeBody>,
+) -> Result<(StatusCode, Json<Vec<Sandbox>>), ApiError> {
     let live = parent(&st, &caller, &id).await?;
-    let children = st.host.fork(&live, b.count, b.metadata.unwrap_or_default()).await?;
+    let t = std::time::Instant::now();
+    let children = st
+        .host
+        .fork(&live, b.count, b.metadata.unwrap_or_default())
+        .await?;
+    crate::metrics::observe("fork_tree", t);
     let mut out = Vec::with_capacity(children.len());
     for c in children {
         out.push(sandbox_json(&c.snapshot_row().await));
@@ -71,7 +100,16 @@ async fn fork_tree(State(st): State<AppState>, caller: Caller, Path(id): Path<St
     Ok((StatusCode::CREATED, Json(out)))
 }
 
-async fn promote(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(b): JsonBody<PromoteBody>) -> Result<Json<Promotion>, ApiError> {
+async fn promote(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<PromoteBody>,
+) -> Result<Json<Promotion>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
-    Ok(Json(st.host.promote(&live, b.tree_id, b.cleanup_siblings).await?))
+    Ok(Json(
+        st.host
+            .promote(&live, b.tree_id, b.cleanup_siblings)
+            .await?,
+    ))
 }

@@ -23,7 +23,10 @@ const CHUNK_BYTES: usize = 1024 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/sandboxes/:id/fs", get(read).put(write).delete(remove).post(write))
+        .route(
+            "/sandboxes/:id/fs",
+            get(read).put(write).delete(remove).post(write),
+        )
         .route("/sandboxes/:id/fs/dir", get(list_dir))
         .route("/sandboxes/:id/fs/stat", get(stat))
         .route("/sandboxes/:id/fs/mkdir", axum::routing::post(mkdir))
@@ -36,22 +39,51 @@ pub struct PathQuery {
 
 /// The wire form of a guest directory entry.
 pub fn file_info(e: FileEntry) -> FileInfo {
-    FileInfo { name: e.name, path: e.path, is_dir: e.is_dir, size: e.size, mode: format!("{:04o}", e.mode & 0o7777), mtime: e.mtime }
+    FileInfo {
+        name: e.name,
+        path: e.path,
+        is_dir: e.is_dir,
+        size: e.size,
+        mode: format!("{:04o}", e.mode & 0o7777),
+        mtime: e.mtime,
+    }
 }
 
-async fn read(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Response, ApiError> {
+async fn read(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<Response, ApiError> {
     let path = sandbox_path(q.path.as_deref())?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let ready = st.host.ready(&live).await?;
     let rid = ready.conn.new_id();
-    let mut rx = ready.conn.request(HostMsg::FileRead { id: rid, path: path.clone() }, Vec::new()).await?;
+    let mut rx = ready
+        .conn
+        .request(
+            HostMsg::FileRead {
+                id: rid,
+                path: path.clone(),
+            },
+            Vec::new(),
+        )
+        .await?;
     // Wait for the first frame so that a missing file is a 404, not a broken 200 stream.
-    let first = rx.recv().await.ok_or_else(|| ApiError::Unavailable("guest channel closed: connection refused".into()))?;
+    let first = rx
+        .recv()
+        .await
+        .ok_or_else(|| ApiError::Unavailable("guest channel closed: connection refused".into()))?;
     let first_body = match first {
         (GuestMsg::Error { code, message, .. }, _) => return Err(from_guest(code, message)),
         (GuestMsg::FileEnd { .. }, _) => None,
         (GuestMsg::FileChunk { .. }, body) => Some(body),
-        (other, _) => return Err(ApiError::internal("file read", format!("unexpected guest reply {other:?}"))),
+        (other, _) => {
+            return Err(ApiError::internal(
+                "file read",
+                format!("unexpected guest reply {other:?}"),
+            ))
+        }
     };
     let stream = async_stream::stream! {
         // The lifecycle gate is held until the download is complete.
@@ -71,28 +103,51 @@ async fn read(State(st): State<AppState>, caller: Caller, Path(id): Path<String>
         }
         yield Err(std::io::Error::other("guest channel closed during download"));
     };
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], Body::from_stream(stream)).into_response())
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response())
 }
 
-async fn write(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, Query(q): Query<PathQuery>, body: Body) -> Result<Json<WriteResult>, ApiError> {
+async fn write(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+    body: Body,
+) -> Result<Json<WriteResult>, ApiError> {
     let path = sandbox_path(q.path.as_deref())?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let ready = st.host.ready(&live).await?;
     let conn = &ready.conn;
     let rid = conn.new_id();
-    let mut rx = conn.request(HostMsg::FileWrite { id: rid, path: path.clone() }, Vec::new()).await?;
+    let mut rx = conn
+        .request(
+            HostMsg::FileWrite {
+                id: rid,
+                path: path.clone(),
+            },
+            Vec::new(),
+        )
+        .await?;
     let mut stream = body.into_data_stream();
     let mut buf: Vec<u8> = Vec::with_capacity(CHUNK_BYTES);
     let aborted = async {
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
+            let chunk =
+                chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
             let mut rest: &[u8] = &chunk;
             while !rest.is_empty() {
                 let take = rest.len().min(CHUNK_BYTES - buf.len());
                 buf.extend_from_slice(&rest[..take]);
                 rest = &rest[take..];
                 if buf.len() == CHUNK_BYTES {
-                    conn.send(HostMsg::FileChunk { id: rid }, std::mem::replace(&mut buf, Vec::with_capacity(CHUNK_BYTES))).await?;
+                    conn.send(
+                        HostMsg::FileChunk { id: rid },
+                        std::mem::replace(&mut buf, Vec::with_capacity(CHUNK_BYTES)),
+                    )
+                    .await?;
                 }
             }
             // An early guest error (e.g. the path is a directory) ends the upload at once.
@@ -101,7 +156,8 @@ async fn write(State(st): State<AppState>, caller: Caller, Path(id): Path<String
             }
         }
         if !buf.is_empty() {
-            conn.send(HostMsg::FileChunk { id: rid }, std::mem::take(&mut buf)).await?;
+            conn.send(HostMsg::FileChunk { id: rid }, std::mem::take(&mut buf))
+                .await?;
         }
         conn.send(HostMsg::FileEnd { id: rid }, Vec::new()).await?;
         Ok::<(), ApiError>(())
@@ -119,10 +175,17 @@ async fn write(State(st): State<AppState>, caller: Caller, Path(id): Path<String
             _ => {}
         }
     }
-    Err(ApiError::Unavailable("guest channel closed during upload: connection refused".into()))
+    Err(ApiError::Unavailable(
+        "guest channel closed during upload: connection refused".into(),
+    ))
 }
 
-async fn simple(st: &AppState, caller: &Caller, id: &str, make: impl FnOnce(u64) -> HostMsg) -> Result<GuestMsg, ApiError> {
+async fn simple(
+    st: &AppState,
+    caller: &Caller,
+    id: &str,
+    make: impl FnOnce(u64) -> HostMsg,
+) -> Result<GuestMsg, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
     let ready = st.host.ready(&live).await?;
     let rid = ready.conn.new_id();
@@ -132,7 +195,12 @@ async fn simple(st: &AppState, caller: &Caller, id: &str, make: impl FnOnce(u64)
     }
 }
 
-async fn remove(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<StatusCode, ApiError> {
+async fn remove(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<StatusCode, ApiError> {
     let path = sandbox_path(q.path.as_deref())?;
     if path == "/" {
         return Err(ApiError::BadRequest("path '/' cannot be removed".into()));
@@ -141,25 +209,54 @@ async fn remove(State(st): State<AppState>, caller: Caller, Path(id): Path<Strin
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn mkdir(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<StatusCode, ApiError> {
+async fn mkdir(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<StatusCode, ApiError> {
     let path = sandbox_path(q.path.as_deref())?;
     simple(&st, &caller, &id, |rid| HostMsg::MakeDir { id: rid, path }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list_dir(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Json<DirListing>, ApiError> {
+async fn list_dir(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<Json<DirListing>, ApiError> {
     let path = sandbox_path(q.path.as_deref().or(Some("/")))?;
     let p = path.clone();
-    match simple(&st, &caller, &id, |rid| HostMsg::ListDir { id: rid, path: p }).await? {
-        GuestMsg::DirList { entries, .. } => Ok(Json(DirListing { path, entries: entries.into_iter().map(file_info).collect() })),
-        other => Err(ApiError::internal("list dir", format!("unexpected guest reply {other:?}"))),
+    match simple(&st, &caller, &id, |rid| HostMsg::ListDir {
+        id: rid,
+        path: p,
+    })
+    .await?
+    {
+        GuestMsg::DirList { entries, .. } => Ok(Json(DirListing {
+            path,
+            entries: entries.into_iter().map(file_info).collect(),
+        })),
+        other => Err(ApiError::internal(
+            "list dir",
+            format!("unexpected guest reply {other:?}"),
+        )),
     }
 }
 
-async fn stat(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, Query(q): Query<PathQuery>) -> Result<Json<FileInfo>, ApiError> {
+async fn stat(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> Result<Json<FileInfo>, ApiError> {
     let path = sandbox_path(q.path.as_deref())?;
     match simple(&st, &caller, &id, |rid| HostMsg::Stat { id: rid, path }).await? {
         GuestMsg::Stat { entry, .. } => Ok(Json(file_info(entry))),
-        other => Err(ApiError::internal("stat", format!("unexpected guest reply {other:?}"))),
+        other => Err(ApiError::internal(
+            "stat",
+            format!("unexpected guest reply {other:?}"),
+        )),
     }
 }

@@ -20,26 +20,50 @@ pub fn router() -> Router<AppState> {
         .route("/sandboxes/:id/wake", post(wake))
 }
 
-async fn pause(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Sandbox>, ApiError> {
+async fn pause(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let t = std::time::Instant::now();
     st.host.pause(&live).await?;
+    crate::metrics::observe("pause", t);
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }
 
-async fn resume(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Sandbox>, ApiError> {
+async fn resume(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let t = std::time::Instant::now();
     st.host.resume(&live).await?;
+    crate::metrics::observe("resume", t);
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }
 
-async fn hibernate(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Sandbox>, ApiError> {
+async fn hibernate(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let t = std::time::Instant::now();
     st.host.hibernate(&live, "api").await?;
+    crate::metrics::observe("hibernate", t);
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }
 
-async fn wake(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Sandbox>, ApiError> {
+async fn wake(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let t = std::time::Instant::now();
     st.host.wake(&live, "api").await?;
+    crate::metrics::observe("wake", t);
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }

@@ -31,40 +31,94 @@ fn language(raw: Option<String>) -> Result<String, ApiError> {
     let l = raw.unwrap_or_else(|| "python".into()).to_lowercase();
     match l.as_str() {
         "python" | "python3" | "py" => Ok("python".into()),
-        other => Err(ApiError::BadRequest(format!("language '{other}' is not supported; use 'python'"))),
+        other => Err(ApiError::BadRequest(format!(
+            "language '{other}' is not supported; use 'python'"
+        ))),
     }
 }
 
-async fn create(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(req): JsonBody<CreateContext>) -> Result<(StatusCode, Json<CodeContext>), ApiError> {
+async fn create(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<CreateContext>,
+) -> Result<(StatusCode, Json<CodeContext>), ApiError> {
     let lang = language(req.language)?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let ready = st.host.ready(&live).await?;
-    let held: Vec<String> = st.host.store.open_contexts(&live.id)?.into_iter().map(|c| c.kernel_id).collect();
-    let kernels = match ready.conn.call(HostMsg::KernelList { id: ready.conn.new_id() }).await? {
+    let held: Vec<String> = st
+        .host
+        .store
+        .open_contexts(&live.id)?
+        .into_iter()
+        .map(|c| c.kernel_id)
+        .collect();
+    let kernels = match ready
+        .conn
+        .call(HostMsg::KernelList {
+            id: ready.conn.new_id(),
+        })
+        .await?
+    {
         (GuestMsg::Kernels { kernels, .. }, _) => kernels,
         (GuestMsg::Error { code, message, .. }, _) => return Err(from_guest(code, message)),
         _ => Vec::new(),
     };
-    let adoptable = kernels.into_iter().filter(|k| k.language == lang && !held.contains(&k.kernel_id)).max_by_key(|k| k.last_used_ms);
+    let adoptable = kernels
+        .into_iter()
+        .filter(|k| k.language == lang && !held.contains(&k.kernel_id))
+        .max_by_key(|k| k.last_used_ms);
     let (kernel_id, adopted) = match adoptable {
         Some(k) => (k.kernel_id, true),
         None => {
             let kernel_id = format!("k-{}", uuid::Uuid::new_v4().simple());
-            let msg = HostMsg::KernelStart { id: ready.conn.new_id(), kernel_id: kernel_id.clone(), language: lang.clone(), env: ready.envs.clone() };
+            let msg = HostMsg::KernelStart {
+                id: ready.conn.new_id(),
+                kernel_id: kernel_id.clone(),
+                language: lang.clone(),
+                env: ready.envs.clone(),
+            };
             match ready.conn.call(msg).await? {
                 (GuestMsg::KernelStarted { .. }, _) => {}
-                (GuestMsg::Error { code, message, .. }, _) => return Err(from_guest(code, message)),
-                (other, _) => return Err(ApiError::internal("kernel start", format!("unexpected reply {other:?}"))),
+                (GuestMsg::Error { code, message, .. }, _) => {
+                    return Err(from_guest(code, message))
+                }
+                (other, _) => {
+                    return Err(ApiError::internal(
+                        "kernel start",
+                        format!("unexpected reply {other:?}"),
+                    ))
+                }
             }
             (kernel_id, false)
         }
     };
-    let ctx = ContextRow { id: format!("ctx-{}", uuid::Uuid::new_v4().simple()), sandbox_id: live.id.clone(), kernel_id: kernel_id.clone(), language: lang.clone(), created_at: now_ms(), closed_at: None };
+    let ctx = ContextRow {
+        id: format!("ctx-{}", uuid::Uuid::new_v4().simple()),
+        sandbox_id: live.id.clone(),
+        kernel_id: kernel_id.clone(),
+        language: lang.clone(),
+        created_at: now_ms(),
+        closed_at: None,
+    };
     st.host.store.insert_context(&ctx)?;
-    Ok((StatusCode::CREATED, Json(CodeContext { id: ctx.id, language: lang, kernel_id, adopted })))
+    Ok((
+        StatusCode::CREATED,
+        Json(CodeContext {
+            id: ctx.id,
+            language: lang,
+            kernel_id,
+            adopted,
+        }),
+    ))
 }
 
-async fn run(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path<(String, String)>, RequiredJson(req): RequiredJson<RunCode>) -> Result<Json<Execution>, ApiError> {
+async fn run(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path((id, ctx)): Path<(String, String)>,
+    RequiredJson(req): RequiredJson<RunCode>,
+) -> Result<Json<Execution>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let ready = st.host.ready(&live).await?;
     let context = st
@@ -74,7 +128,12 @@ async fn run(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path<(
         .into_iter()
         .find(|c| c.id == ctx)
         .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
-    let msg = HostMsg::KernelRun { id: ready.conn.new_id(), kernel_id: context.kernel_id, code: req.code, timeout_ms: req.timeout_ms };
+    let msg = HostMsg::KernelRun {
+        id: ready.conn.new_id(),
+        kernel_id: context.kernel_id,
+        code: req.code,
+        timeout_ms: req.timeout_ms,
+    };
     // The lifecycle gate is not held while the cell runs: a long cell must not block pause
     // or snapshot (a cell in flight is captured by a snapshot like any other process).
     let conn = ready.conn.clone();
@@ -92,11 +151,18 @@ async fn run(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path<(
             duration_ms: e.duration_ms,
         })),
         (GuestMsg::Error { code, message, .. }, _) => Err(from_guest(code, message)),
-        (other, _) => Err(ApiError::internal("kernel run", format!("unexpected reply {other:?}"))),
+        (other, _) => Err(ApiError::internal(
+            "kernel run",
+            format!("unexpected reply {other:?}"),
+        )),
     }
 }
 
-async fn close(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path<(String, String)>) -> Result<StatusCode, ApiError> {
+async fn close(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path((id, ctx)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let context = st
         .host
@@ -107,16 +173,32 @@ async fn close(State(st): State<AppState>, caller: Caller, Path((id, ctx)): Path
         .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
     st.host.store.close_context(&live.id, &ctx, now_ms())?;
     if let Ok(ready) = st.host.ready(&live).await {
-        let _ = ready.conn.call(HostMsg::KernelStop { id: ready.conn.new_id(), kernel_id: context.kernel_id }).await;
+        let _ = ready
+            .conn
+            .call(HostMsg::KernelStop {
+                id: ready.conn.new_id(),
+                kernel_id: context.kernel_id,
+            })
+            .await;
     }
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn list(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let contexts = st.host.store.open_contexts(&live.id)?;
     let ready = st.host.ready(&live).await?;
-    let kernels = match ready.conn.call(HostMsg::KernelList { id: ready.conn.new_id() }).await? {
+    let kernels = match ready
+        .conn
+        .call(HostMsg::KernelList {
+            id: ready.conn.new_id(),
+        })
+        .await?
+    {
         (GuestMsg::Kernels { kernels, .. }, _) => kernels,
         _ => Vec::new(),
     };

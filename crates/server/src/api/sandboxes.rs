@@ -21,26 +21,39 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/sandboxes", get(list).post(create))
         .route("/sandboxes/:id", get(get_one).delete(delete))
-        .route("/sandboxes/:id/lifecycle", get(lifecycle).patch(patch_lifecycle))
+        .route(
+            "/sandboxes/:id/lifecycle",
+            get(lifecycle).patch(patch_lifecycle),
+        )
 }
 
 fn check_ttl(ttl: i64) -> Result<i64, ApiError> {
     if !(1..=MAX_TTL_SECONDS).contains(&ttl) {
-        return Err(ApiError::BadRequest(format!("ttl_seconds must be between 1 and {MAX_TTL_SECONDS}, got {ttl}")));
+        return Err(ApiError::BadRequest(format!(
+            "ttl_seconds must be between 1 and {MAX_TTL_SECONDS}, got {ttl}"
+        )));
     }
     Ok(ttl)
 }
 
-async fn create(State(st): State<AppState>, caller: Caller, JsonBody(req): JsonBody<CreateSandbox>) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+async fn create(
+    State(st): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<CreateSandbox>,
+) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
     let ttl = check_ttl(req.ttl_seconds.unwrap_or(st.host.cfg.default_ttl_seconds))?;
     if req.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
-        return Err(ApiError::BadRequest("volumes: volumes are not supported by this server yet".into()));
+        return Err(ApiError::BadRequest(
+            "volumes: volumes are not supported by this server yet".into(),
+        ));
     }
     let template = req.template.unwrap_or_else(|| "code-interpreter".into());
     if let Some(envs) = &req.envs {
         for k in envs.keys() {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(ApiError::BadRequest(format!("envs: invalid variable name '{k}'")));
+                return Err(ApiError::BadRequest(format!(
+                    "envs: invalid variable name '{k}'"
+                )));
             }
         }
     }
@@ -52,11 +65,24 @@ async fn create(State(st): State<AppState>, caller: Caller, JsonBody(req): JsonB
         metadata: req.metadata.unwrap_or_default(),
         envs: req.envs.unwrap_or_default(),
     };
+    let t = std::time::Instant::now();
     let live = match &req.from_snapshot {
         Some(snap) => st.host.create_from_snapshot(spec, snap).await?,
         None => st.host.create(spec).await?,
     };
     let row = live.snapshot_row().await;
+    crate::metrics::observe(
+        if row.from_snapshot.is_some() {
+            "restore"
+        } else {
+            "create"
+        },
+        t,
+    );
+    crate::metrics::metrics()
+        .created
+        .with_label_values(&[&row.template, &row.boot_mode])
+        .inc();
     Ok((StatusCode::CREATED, Json(sandbox_json(&row))))
 }
 
@@ -73,32 +99,55 @@ async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<San
     Ok(Json(out))
 }
 
-async fn get_one(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Sandbox>, ApiError> {
+async fn get_one(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
     let id = sandbox_id(&id)?;
     let live = st.host.get(&caller.workspace_id, &id)?;
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }
 
-async fn delete(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+async fn delete(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let id = sandbox_id(&id)?;
     let live = st.host.get(&caller.workspace_id, &id)?;
+    let t = std::time::Instant::now();
     st.host.destroy(&live, "api").await?;
+    crate::metrics::observe("kill", t);
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn lifecycle_of(live: &crate::host::Live) -> Lifecycle {
     let r = live.row.lock().await;
-    Lifecycle { ttl_seconds: r.ttl_seconds, persistent: r.persistent, idle_seconds: (now_ms() - r.last_active_at).max(0) / 1000 }
+    Lifecycle {
+        ttl_seconds: r.ttl_seconds,
+        persistent: r.persistent,
+        idle_seconds: (now_ms() - r.last_active_at).max(0) / 1000,
+    }
 }
 
-async fn lifecycle(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Lifecycle>, ApiError> {
+async fn lifecycle(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Lifecycle>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let out = lifecycle_of(&live).await;
     live.touch().await;
     Ok(Json(out))
 }
 
-async fn patch_lifecycle(State(st): State<AppState>, caller: Caller, Path(id): Path<String>, JsonBody(p): JsonBody<LifecyclePatch>) -> Result<Json<Lifecycle>, ApiError> {
+async fn patch_lifecycle(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    JsonBody(p): JsonBody<LifecyclePatch>,
+) -> Result<Json<Lifecycle>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let ttl = p.ttl_seconds.map(check_ttl).transpose()?;
     {

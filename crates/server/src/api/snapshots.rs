@@ -17,7 +17,10 @@ use serde_json::{json, Value};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/sandboxes/:id/snapshots", post(create).get(list_for_sandbox))
+        .route(
+            "/sandboxes/:id/snapshots",
+            post(create).get(list_for_sandbox),
+        )
         .route("/snapshots", get(list))
         .route("/snapshots/:snap", get(get_one).delete(delete))
 }
@@ -36,12 +39,18 @@ pub fn wire(s: &SnapshotRow) -> Value {
     })
 }
 
-async fn create(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<(StatusCode, Json<Value>), ApiError> {
+async fn create(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     if live.row.lock().await.status == "hibernated" {
         st.host.wake(&live, "implicit").await?;
     }
+    let t = std::time::Instant::now();
     let snap = st.host.snapshot(&live).await?;
+    crate::metrics::observe("snapshot", t);
     Ok((StatusCode::CREATED, Json(wire(&snap))))
 }
 
@@ -50,23 +59,53 @@ struct ListQuery {
     sandbox_id: Option<String>,
 }
 
-async fn list(State(st): State<AppState>, caller: Caller, Query(q): Query<ListQuery>) -> Result<Json<Value>, ApiError> {
-    let rows = st.host.store.list_snapshots(&caller.workspace_id, q.sandbox_id.as_deref())?;
-    Ok(Json(json!({"snapshots": rows.iter().map(wire).collect::<Vec<_>>()})))
+async fn list(
+    State(st): State<AppState>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let rows = st
+        .host
+        .store
+        .list_snapshots(&caller.workspace_id, q.sandbox_id.as_deref())?;
+    Ok(Json(
+        json!({"snapshots": rows.iter().map(wire).collect::<Vec<_>>()}),
+    ))
 }
 
-async fn list_for_sandbox(State(st): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn list_for_sandbox(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let id = sandbox_id(&id)?;
-    let rows = st.host.store.list_snapshots(&caller.workspace_id, Some(&id))?;
-    Ok(Json(json!({"snapshots": rows.iter().map(wire).collect::<Vec<_>>()})))
+    let rows = st
+        .host
+        .store
+        .list_snapshots(&caller.workspace_id, Some(&id))?;
+    Ok(Json(
+        json!({"snapshots": rows.iter().map(wire).collect::<Vec<_>>()}),
+    ))
 }
 
-async fn get_one(State(st): State<AppState>, caller: Caller, Path(snap): Path<String>) -> Result<Json<Value>, ApiError> {
-    let row = st.host.store.snapshot(&caller.workspace_id, &snap)?.ok_or_else(|| ApiError::NotFound(format!("snapshot {snap} not found")))?;
+async fn get_one(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(snap): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let row = st
+        .host
+        .store
+        .snapshot(&caller.workspace_id, &snap)?
+        .ok_or_else(|| ApiError::NotFound(format!("snapshot {snap} not found")))?;
     Ok(Json(wire(&row)))
 }
 
-async fn delete(State(st): State<AppState>, caller: Caller, Path(snap): Path<String>) -> Result<StatusCode, ApiError> {
+async fn delete(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(snap): Path<String>,
+) -> Result<StatusCode, ApiError> {
     st.host.delete_snapshot(&caller.workspace_id, &snap)?;
     Ok(StatusCode::NO_CONTENT)
 }

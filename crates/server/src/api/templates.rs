@@ -11,7 +11,9 @@ use pandastack_api::Template;
 use pandastack_templates::TemplateInfo;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/templates", get(list)).route("/templates/:name", get(get_one))
+    Router::new()
+        .route("/templates", get(list))
+        .route("/templates/:name", get(get_one))
 }
 
 fn wire(t: TemplateInfo) -> Template {
@@ -28,12 +30,28 @@ fn wire(t: TemplateInfo) -> Template {
     }
 }
 
-async fn list(State(st): State<AppState>, _caller: Caller) -> Result<Json<Vec<Template>>, ApiError> {
-    let all = st.host.templates.list().map_err(|e| ApiError::internal("template list", e))?;
+async fn list(
+    State(st): State<AppState>,
+    _caller: Caller,
+) -> Result<Json<Vec<Template>>, ApiError> {
+    let all = st
+        .host
+        .templates
+        .list()
+        .map_err(|e| ApiError::internal("template list", e))?;
     Ok(Json(all.into_iter().map(wire).collect()))
 }
 
-async fn get_one(State(st): State<AppState>, _caller: Caller, Path(name): Path<String>) -> Result<Json<Template>, ApiError> {
-    let t = st.host.templates.get(&name).map_err(|e| ApiError::internal("template lookup", e))?;
-    t.map(|t| Json(wire(t))).ok_or_else(|| ApiError::NotFound(format!("template {name} not found")))
+async fn get_one(
+    State(st): State<AppState>,
+    _caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Template>, ApiError> {
+    let t = st
+        .host
+        .templates
+        .get(&name)
+        .map_err(|e| ApiError::internal("template lookup", e))?;
+    t.map(|t| Json(wire(t)))
+        .ok_or_else(|| ApiError::NotFound(format!("template {name} not found")))
 }

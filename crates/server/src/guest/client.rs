@@ -7,7 +7,10 @@
 //! reader instead of buffering a whole file; a consumer that stops taking frames for
 //! [`STALL_TIMEOUT`] loses its request so other requests keep flowing.
 
-use pandastack_guest_protocol::{Frame, FrameError, GuestMsg, HostMsg, RequestId, MAX_BODY_BYTES, MAX_HEADER_BYTES, PROTOCOL_VERSION};
+use pandastack_guest_protocol::{
+    Frame, FrameError, GuestMsg, HostMsg, RequestId, MAX_BODY_BYTES, MAX_HEADER_BYTES,
+    PROTOCOL_VERSION,
+};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -118,12 +121,23 @@ impl GuestConn {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        Ok(GuestConn { tx, pending, next_id: Arc::new(AtomicU64::new(base)), alive })
+        Ok(GuestConn {
+            tx,
+            pending,
+            next_id: Arc::new(AtomicU64::new(base)),
+            alive,
+        })
     }
 
     async fn hello(&self) -> Result<(), GuestError> {
         let id = self.new_id();
-        match self.call(HostMsg::Hello { id, version: PROTOCOL_VERSION }).await? {
+        match self
+            .call(HostMsg::Hello {
+                id,
+                version: PROTOCOL_VERSION,
+            })
+            .await?
+        {
             (GuestMsg::HelloOk { .. }, _) => Ok(()),
             (GuestMsg::Error { message, .. }, _) => Err(GuestError::Version(message)),
             (other, _) => Err(GuestError::Version(format!("unexpected reply {other:?}"))),
@@ -144,10 +158,17 @@ impl GuestConn {
     ///
     /// # Errors
     /// [`GuestError::Unavailable`] when the channel is down.
-    pub async fn request(&self, msg: HostMsg, body: Vec<u8>) -> Result<mpsc::Receiver<Reply>, GuestError> {
+    pub async fn request(
+        &self,
+        msg: HostMsg,
+        body: Vec<u8>,
+    ) -> Result<mpsc::Receiver<Reply>, GuestError> {
         let (tx, rx) = mpsc::channel(REPLY_BUFFER);
         let id = msg.id();
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, tx);
         if let Err(e) = self.send(msg, body).await {
             self.forget(id);
             return Err(e);
@@ -164,7 +185,10 @@ impl GuestConn {
             return Err(GuestError::Unavailable("channel closed".into()));
         }
         let frame = Frame::new(&msg, body)?;
-        self.tx.send(frame).await.map_err(|_| GuestError::Unavailable("channel closed".into()))
+        self.tx
+            .send(frame)
+            .await
+            .map_err(|_| GuestError::Unavailable("channel closed".into()))
     }
 
     /// Sends `msg` and waits for its single final reply.
@@ -185,11 +209,17 @@ impl GuestConn {
 
     /// Stops routing replies for `id` (a finished or abandoned request).
     pub fn forget(&self, id: RequestId) {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
     }
 }
 
-async fn read_loop(rd: &mut tokio::net::unix::OwnedReadHalf, pending: &Pending) -> Result<(), GuestError> {
+async fn read_loop(
+    rd: &mut tokio::net::unix::OwnedReadHalf,
+    pending: &Pending,
+) -> Result<(), GuestError> {
     loop {
         let mut prefix = [0u8; 8];
         if let Err(e) = rd.read_exact(&mut prefix).await {
@@ -210,17 +240,30 @@ async fn read_loop(rd: &mut tokio::net::unix::OwnedReadHalf, pending: &Pending) 
         };
         let id = msg.id();
         let is_final = msg.is_final();
-        let sender = pending.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
+        let sender = pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned();
         let Some(sender) = sender else { continue };
         match tokio::time::timeout(STALL_TIMEOUT, sender.send((msg, body))).await {
             Ok(Ok(())) => {}
             _ => {
-                warn!(request_id = id, "guest reply consumer stalled or gone; request dropped");
-                pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                warn!(
+                    request_id = id,
+                    "guest reply consumer stalled or gone; request dropped"
+                );
+                pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
             }
         }
         if is_final {
-            pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
         }
     }
 }

@@ -28,7 +28,13 @@ pub struct CreateSpec {
 
 impl Host {
     /// Makes a new engine instance spec under `<data_dir>/instances/<instance id>`.
-    pub fn instance_spec(&self, rootfs: &str, guest_dir: &str, cpu: u32, memory_mb: u32) -> SandboxSpec {
+    pub fn instance_spec(
+        &self,
+        rootfs: &str,
+        guest_dir: &str,
+        cpu: u32,
+        memory_mb: u32,
+    ) -> SandboxSpec {
         let instance_id = instance_id_from(*uuid::Uuid::new_v4().as_bytes());
         SandboxSpec {
             dir: self.cfg.data_dir.join("instances").join(&instance_id),
@@ -46,13 +52,21 @@ impl Host {
     /// # Errors
     /// 400 for an unknown template; 500 when the boot fails (the row is left `failed` and
     /// everything started is destroyed).
-    pub async fn create(&self, spec: CreateSpec) -> Result<Arc<Live>, ApiError> {
+    pub async fn create(self: &Arc<Self>, spec: CreateSpec) -> Result<Arc<Live>, ApiError> {
         let started = Instant::now();
         let tpl = self
             .templates
             .get(&spec.template)
             .map_err(|e| ApiError::internal("template lookup", e))?
-            .ok_or_else(|| ApiError::BadRequest(format!("unknown template '{}'; see GET /v1/templates", spec.template)))?;
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "unknown template '{}'; see GET /v1/templates",
+                    spec.template
+                ))
+            })?;
+        if let Some(result) = self.create_from_template_image(&spec, &tpl, started).await {
+            return result;
+        }
         let now = now_ms();
         let row = SandboxRow {
             id: uuid::Uuid::new_v4().hyphenated().to_string(),
@@ -85,7 +99,8 @@ impl Host {
             Ok(conn) => {
                 live.set_conn(conn).await;
                 live.row.lock().await.boot_ms = Some(started.elapsed().as_millis() as i64);
-                self.set_state(&live, SandboxState::Running, "create").await?;
+                self.set_state(&live, SandboxState::Running, "create")
+                    .await?;
                 Ok(live)
             }
             Err(e) => {
@@ -107,7 +122,11 @@ impl Host {
             r.instance_dir = Some(spec.dir.display().to_string());
             self.store.put_sandbox(&r)?;
         }
-        let inst = self.engine.boot(&spec).await.map_err(|e| ApiError::internal("sandbox boot", e))?;
+        let inst = self
+            .engine
+            .boot(&spec)
+            .await
+            .map_err(|e| ApiError::internal("sandbox boot", e))?;
         GuestConn::connect(&inst.guest_socket, HANDSHAKE_TIMEOUT)
             .await
             .map_err(|e| ApiError::internal("guest handshake", e))

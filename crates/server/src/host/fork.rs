@@ -30,9 +30,16 @@ impl Host {
     /// # Errors
     /// 400 for a count of 0 or over [`MAX_FORK_COUNT`]; 409 unless the parent is running;
     /// 500 when a restore fails (children already made are destroyed: all or nothing).
-    pub async fn fork(&self, parent: &Arc<Live>, count: usize, metadata: BTreeMap<String, String>) -> Result<Vec<Arc<Live>>, ApiError> {
+    pub async fn fork(
+        &self,
+        parent: &Arc<Live>,
+        count: usize,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<Live>>, ApiError> {
         if count == 0 || count > MAX_FORK_COUNT {
-            return Err(ApiError::BadRequest(format!("count must be between 1 and {MAX_FORK_COUNT}, got {count}")));
+            return Err(ApiError::BadRequest(format!(
+                "count must be between 1 and {MAX_FORK_COUNT}, got {count}"
+            )));
         }
         let tree_id = format!("tree-{}", uuid::Uuid::new_v4().simple());
         let image = self.cfg.data_dir.join("forks").join(&tree_id);
@@ -58,11 +65,21 @@ impl Host {
             let mut md = metadata;
             md.insert("parent_id".into(), r.id.clone());
             md.insert("fork_tree_id".into(), tree_id.clone());
-            let spec = CreateSpec { workspace_id: r.workspace_id.clone(), template: r.template.clone(), ttl_seconds: r.ttl_seconds, persistent: false, metadata: md, envs: r.envs.clone() };
+            let spec = CreateSpec {
+                workspace_id: r.workspace_id.clone(),
+                template: r.template.clone(),
+                ttl_seconds: r.ttl_seconds,
+                persistent: false,
+                metadata: md,
+                envs: r.envs.clone(),
+            };
             (base, spec)
         };
         parent.touch().await;
-        let results = futures::future::join_all((0..count).map(|_| self.create_from_image(&spec, &base, &image, "fork"))).await;
+        let results = futures::future::join_all(
+            (0..count).map(|_| self.create_from_image(&spec, &base, &image, "fork")),
+        )
+        .await;
         let _ = std::fs::remove_dir_all(&image);
         let mut children = Vec::with_capacity(count);
         let mut first_err = None;
@@ -86,19 +103,39 @@ impl Host {
     ///
     /// # Errors
     /// 400 when the sandbox is not a fork child or `tree_id` is not its tree.
-    pub async fn promote(&self, child: &Arc<Live>, tree_id: Option<String>, cleanup_siblings: bool) -> Result<Promotion, ApiError> {
+    pub async fn promote(
+        &self,
+        child: &Arc<Live>,
+        tree_id: Option<String>,
+        cleanup_siblings: bool,
+    ) -> Result<Promotion, ApiError> {
         let own_tree = child.row.lock().await.metadata.get("fork_tree_id").cloned();
         let tree = match (tree_id, own_tree) {
-            (Some(t), Some(own)) if t != own => return Err(ApiError::BadRequest(format!("tree_id: sandbox {} is not in fork tree {t}", child.id))),
+            (Some(t), Some(own)) if t != own => {
+                return Err(ApiError::BadRequest(format!(
+                    "tree_id: sandbox {} is not in fork tree {t}",
+                    child.id
+                )))
+            }
             (_, Some(own)) => own,
-            (_, None) => return Err(ApiError::BadRequest(format!("sandbox {} is not a fork child", child.id))),
+            (_, None) => {
+                return Err(ApiError::BadRequest(format!(
+                    "sandbox {} is not a fork child",
+                    child.id
+                )))
+            }
         };
         {
             let mut r = child.row.lock().await;
             r.metadata.insert("promoted".into(), "true".into());
             self.store.put_sandbox(&r)?;
         }
-        let mut out = Promotion { winner: child.id.clone(), tree_id: Some(tree.clone()), deleted: Vec::new(), failures: BTreeMap::new() };
+        let mut out = Promotion {
+            winner: child.id.clone(),
+            tree_id: Some(tree.clone()),
+            deleted: Vec::new(),
+            failures: BTreeMap::new(),
+        };
         if cleanup_siblings {
             for other in self.all() {
                 if other.id == child.id || other.workspace_id != child.workspace_id {
@@ -123,7 +160,9 @@ impl Host {
         let mut out = Vec::new();
         for l in self.all() {
             let r = l.row.lock().await;
-            if r.metadata.get("parent_id").map(String::as_str) == Some(parent_id) && r.metadata.get("promoted").map(String::as_str) != Some("true") {
+            if r.metadata.get("parent_id").map(String::as_str) == Some(parent_id)
+                && r.metadata.get("promoted").map(String::as_str) != Some("true")
+            {
                 out.push(l.clone());
             }
         }

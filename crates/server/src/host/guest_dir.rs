@@ -11,7 +11,11 @@ use std::path::{Path, PathBuf};
 ///
 /// # Errors
 /// I/O errors reading the sources or writing the copy.
-pub fn install_guest_dir(data_dir: &Path, guest_bin: &Path, kernel_py: &Path) -> std::io::Result<PathBuf> {
+pub fn install_guest_dir(
+    data_dir: &Path,
+    guest_bin: &Path,
+    kernel_py: &Path,
+) -> std::io::Result<PathBuf> {
     let bin = std::fs::read(guest_bin)?;
     let py = std::fs::read(kernel_py)?;
     let mut h = Sha256::new();
@@ -23,14 +27,22 @@ pub fn install_guest_dir(data_dir: &Path, guest_bin: &Path, kernel_py: &Path) ->
     if dir.join("pandastack-guest").exists() && dir.join("kernel.py").exists() {
         return Ok(dir);
     }
-    let tmp = data_dir.join("guest").join(format!("{}.partial", &hash[..16]));
+    let tmp = data_dir
+        .join("guest")
+        .join(format!("{}.partial", &hash[..16]));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
     std::fs::write(tmp.join("pandastack-guest"), &bin)?;
     std::fs::write(tmp.join("kernel.py"), &py)?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(tmp.join("pandastack-guest"), std::fs::Permissions::from_mode(0o755))?;
-    std::fs::set_permissions(tmp.join("kernel.py"), std::fs::Permissions::from_mode(0o644))?;
+    std::fs::set_permissions(
+        tmp.join("pandastack-guest"),
+        std::fs::Permissions::from_mode(0o755),
+    )?;
+    std::fs::set_permissions(
+        tmp.join("kernel.py"),
+        std::fs::Permissions::from_mode(0o644),
+    )?;
     std::fs::rename(&tmp, &dir)?;
     Ok(dir)
 }

@@ -18,15 +18,26 @@ impl Host {
     /// running, or is marked failed if the engine lost it).
     pub async fn hibernate(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
         let _gate = live.gate.write().await;
-        let iid = self.running_instance(live, SandboxState::Hibernated).await?;
+        let iid = self
+            .running_instance(live, SandboxState::Hibernated)
+            .await?;
         let was_paused = live.row.lock().await.status == SandboxState::Paused.as_str();
         if was_paused {
-            self.engine.resume(&iid).await.map_err(|e| ApiError::internal("resume before hibernate", e))?;
+            self.engine
+                .resume(&iid)
+                .await
+                .map_err(|e| ApiError::internal("resume before hibernate", e))?;
         }
         let image = self.cfg.data_dir.join("hibernate").join(&live.id);
         let _ = std::fs::remove_dir_all(&image);
         if let Err(e) = self.capture(live, &image, false).await {
-            if self.engine.status(&iid).await.map(|s| s != pandastack_engine::InstanceStatus::Running).unwrap_or(true) {
+            if self
+                .engine
+                .status(&iid)
+                .await
+                .map(|s| s != pandastack_engine::InstanceStatus::Running)
+                .unwrap_or(true)
+            {
                 self.fail(live, "hibernate failed").await;
             }
             return Err(e);
@@ -58,12 +69,15 @@ impl Host {
             if r.status != SandboxState::Hibernated.as_str() {
                 return match SandboxState::parse(&r.status) {
                     SandboxState::Running | SandboxState::Paused => Ok(()),
-                    other => Err(ApiError::Conflict(format!("sandbox is {other}; cannot wake it"))),
+                    other => Err(ApiError::Conflict(format!(
+                        "sandbox is {other}; cannot wake it"
+                    ))),
                 };
             }
             r.hibernate_image.clone().map(PathBuf::from)
         };
-        let image = image.ok_or_else(|| ApiError::internal("wake", "hibernated sandbox has no image"))?;
+        let image =
+            image.ok_or_else(|| ApiError::internal("wake", "hibernated sandbox has no image"))?;
         match self.boot_from_image(live, &image).await {
             Ok(conn) => {
                 live.set_conn(conn).await;

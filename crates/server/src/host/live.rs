@@ -20,12 +20,24 @@ pub struct Live {
     /// Requests (exec, files, kernels) hold it shared; lifecycle operations (pause, snapshot,
     /// hibernate, delete) hold it exclusively, so they never cut a request in half.
     pub gate: std::sync::Arc<RwLock<()>>,
+    /// Consecutive failed health probes.
+    failed_probes: std::sync::atomic::AtomicU32,
+    /// Last CPU sample: (cpu ns, unix ms) and the CPU use between the last two, in percent x100.
+    cpu_sample: std::sync::Mutex<(u64, i64, u64)>,
 }
 
 impl Live {
     /// Wraps a row.
     pub fn new(row: SandboxRow) -> Self {
-        Live { id: row.id.clone(), workspace_id: row.workspace_id.clone(), row: Mutex::new(row), conn: Mutex::new(None), gate: std::sync::Arc::new(RwLock::new(())) }
+        Live {
+            id: row.id.clone(),
+            workspace_id: row.workspace_id.clone(),
+            row: Mutex::new(row),
+            conn: Mutex::new(None),
+            gate: std::sync::Arc::new(RwLock::new(())),
+            failed_probes: Default::default(),
+            cpu_sample: Default::default(),
+        }
     }
 
     /// The guest connection of the current instance, connecting (and handshaking) if needed.
@@ -42,9 +54,13 @@ impl Live {
         }
         let socket = {
             let row = self.row.lock().await;
-            row.instance_dir.as_ref().map(|d| PathBuf::from(d).join("guest.sock"))
+            row.instance_dir
+                .as_ref()
+                .map(|d| PathBuf::from(d).join("guest.sock"))
         };
-        let socket = socket.ok_or_else(|| ApiError::Unavailable("guest channel: connect: connection refused (no instance)".into()))?;
+        let socket = socket.ok_or_else(|| {
+            ApiError::Unavailable("guest channel: connect: connection refused (no instance)".into())
+        })?;
         let c = GuestConn::connect(&socket, CONNECT_TIMEOUT).await?;
         *conn = Some(c.clone());
         Ok(c)
@@ -69,6 +85,35 @@ impl Live {
         self.gate.clone()
     }
 
+    /// Records a health probe; returns the number of consecutive failures.
+    pub fn record_probe(&self, ok: bool) -> u32 {
+        use std::sync::atomic::Ordering;
+        if ok {
+            self.failed_probes.store(0, Ordering::SeqCst);
+            0
+        } else {
+            self.failed_probes.fetch_add(1, Ordering::SeqCst) + 1
+        }
+    }
+
+    /// Records a cumulative CPU time sample (ns) taken now.
+    pub fn record_cpu(&self, cpu_ns: u64) {
+        let now = now_ms();
+        let mut s = self.cpu_sample.lock().unwrap_or_else(|e| e.into_inner());
+        let (prev_ns, prev_ms, _) = *s;
+        let pct100 = if prev_ms > 0 && now > prev_ms && cpu_ns >= prev_ns {
+            (cpu_ns - prev_ns) * 10_000 / ((now - prev_ms) as u64 * 1_000_000)
+        } else {
+            0
+        };
+        *s = (cpu_ns, now, pct100);
+    }
+
+    /// CPU use over the last health interval, percent of one CPU.
+    pub fn cpu_percent(&self) -> f64 {
+        self.cpu_sample.lock().unwrap_or_else(|e| e.into_inner()).2 as f64 / 100.0
+    }
+
     /// A copy of the row.
     pub async fn snapshot_row(&self) -> SandboxRow {
         self.row.lock().await.clone()
@@ -85,7 +130,15 @@ pub struct Ready {
 
 impl Ready {
     /// Bundles a connection with a held gate.
-    pub fn new(conn: GuestConn, envs: std::collections::BTreeMap<String, String>, gate: tokio::sync::OwnedRwLockReadGuard<()>) -> Self {
-        Ready { conn, envs, _gate: gate }
+    pub fn new(
+        conn: GuestConn,
+        envs: std::collections::BTreeMap<String, String>,
+        gate: tokio::sync::OwnedRwLockReadGuard<()>,
+    ) -> Self {
+        Ready {
+            conn,
+            envs,
+            _gate: gate,
+        }
     }
 }

@@ -3,20 +3,24 @@
 //! row + event), and runs the background sweepers (TTL).
 
 mod create;
-mod guest_dir;
-mod live;
 mod fork;
+mod guest_dir;
+mod health;
 mod hibernate;
+mod live;
 mod pause;
-mod snapshot;
+mod pool;
 mod ready;
 mod recover;
+mod snapshot;
 mod sweeper;
+mod template_image;
 
 pub use create::CreateSpec;
 pub use fork::{Promotion, MAX_FORK_COUNT};
 pub use guest_dir::install_guest_dir;
 pub use live::Live;
+pub use template_image::TEMPLATE_KERNEL_PREFIX;
 
 use crate::error::ApiError;
 use crate::state::{transition, SandboxState};
@@ -38,6 +42,10 @@ pub struct HostConfig {
     pub guest_dir: PathBuf,
     /// TTL when a create gives none, seconds (seed 003: 3600).
     pub default_ttl_seconds: i64,
+    /// Idle time after which a persistent sandbox is hibernated, seconds (seed 003: 300).
+    pub idle_hibernate_seconds: i64,
+    /// Pre-restored sandboxes kept per template (0 disables the warm pool).
+    pub pool_size: usize,
 }
 
 /// The host agent. Shared as `Arc<Host>`.
@@ -47,15 +55,32 @@ pub struct Host {
     pub templates: Arc<TemplateStore>,
     pub cfg: HostConfig,
     live: Mutex<HashMap<String, Arc<Live>>>,
+    pool: pool::Pool,
+    /// Template images being built (their directories).
+    building: Mutex<std::collections::HashSet<String>>,
     /// Every lifecycle event, as it is recorded (for `/v1/events` subscribers).
     pub events: broadcast::Sender<EventRow>,
 }
 
 impl Host {
     /// Creates the host agent. Call [`Host::recover`] before serving.
-    pub fn new(store: Arc<Store>, engine: Arc<dyn Engine>, templates: Arc<TemplateStore>, cfg: HostConfig) -> Arc<Self> {
+    pub fn new(
+        store: Arc<Store>,
+        engine: Arc<dyn Engine>,
+        templates: Arc<TemplateStore>,
+        cfg: HostConfig,
+    ) -> Arc<Self> {
         let (events, _) = broadcast::channel(1024);
-        Arc::new(Host { store, engine, templates, cfg, live: Mutex::default(), events })
+        Arc::new(Host {
+            store,
+            engine,
+            templates,
+            cfg,
+            live: Mutex::default(),
+            pool: pool::Pool::default(),
+            building: Mutex::default(),
+            events,
+        })
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
@@ -71,6 +96,22 @@ impl Host {
         match self.map().get(id) {
             Some(l) if l.workspace_id == workspace_id => Ok(l.clone()),
             _ => Err(ApiError::NotFound(format!("sandbox {id} not found"))),
+        }
+    }
+
+    /// Schedules template images of every baked template and prunes stale ones (at start).
+    pub fn prepare_template_images(self: &Arc<Self>) {
+        let Ok(all) = self.templates.list() else {
+            return;
+        };
+        let keep: Vec<PathBuf> = all.iter().map(|t| self.template_image_dir_of(t)).collect();
+        template_image::prune_template_images(&self.cfg.data_dir, &keep);
+        for t in all {
+            if self.ready_template_image(&t).is_some() {
+                self.refill_pool(t);
+            } else {
+                self.ensure_template_image(t);
+            }
         }
     }
 
@@ -91,7 +132,12 @@ impl Host {
     ///
     /// # Errors
     /// 409 when the transition is not allowed; store errors.
-    pub async fn set_state(&self, live: &Live, to: SandboxState, cause: &str) -> Result<(), ApiError> {
+    pub async fn set_state(
+        &self,
+        live: &Live,
+        to: SandboxState,
+        cause: &str,
+    ) -> Result<(), ApiError> {
         let mut row = live.row.lock().await;
         let from = SandboxState::parse(&row.status);
         transition(from, to)?;
@@ -100,7 +146,14 @@ impl Host {
             row.deleted_at = Some(now_ms());
         }
         self.store.put_sandbox(&row)?;
-        let ev = self.store.insert_event(&row.workspace_id, &row.id, from.as_str(), to.as_str(), cause, now_ms())?;
+        let ev = self.store.insert_event(
+            &row.workspace_id,
+            &row.id,
+            from.as_str(),
+            to.as_str(),
+            cause,
+            now_ms(),
+        )?;
         info!(sandbox_id = %row.id, from = %from, to = %to, cause, "sandbox state");
         let _ = self.events.send(ev);
         Ok(())
@@ -119,18 +172,28 @@ impl Host {
             if row.status == SandboxState::Deleted.as_str() {
                 return Ok(());
             }
-            (row.instance_id.clone(), row.instance_dir.clone(), row.hibernate_image.clone())
+            (
+                row.instance_id.clone(),
+                row.instance_dir.clone(),
+                row.hibernate_image.clone(),
+            )
         };
         live.drop_conn().await;
-        if let (Some(id), Some(dir)) = (instance, dir) {
-            if let Err(e) = self.engine.destroy(&id, std::path::Path::new(&dir)).await {
-                tracing::warn!(sandbox_id = %live.id, error = %e, "destroying instance");
-            }
-        }
-        if let Some(image) = image {
-            let _ = std::fs::remove_dir_all(image);
-        }
         self.set_state(live, SandboxState::Deleted, cause).await?;
+        // runsc takes ~2 s to tear a sandbox down (notes pitfall 6); the caller need not
+        // wait for it. A crash before it finishes leaves an orphan the next start destroys.
+        let engine = self.engine.clone();
+        let sandbox_id = live.id.clone();
+        tokio::spawn(async move {
+            if let (Some(id), Some(dir)) = (instance, dir) {
+                if let Err(e) = engine.destroy(&id, std::path::Path::new(&dir)).await {
+                    tracing::warn!(sandbox_id = %sandbox_id, error = %e, "destroying instance");
+                }
+            }
+            if let Some(image) = image {
+                let _ = std::fs::remove_dir_all(image);
+            }
+        });
         self.remove(&live.id);
         drop(_gate);
         for child in self.unpromoted_children(&live.id).await {

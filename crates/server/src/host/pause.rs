@@ -14,7 +14,10 @@ impl Host {
     pub async fn pause(&self, live: &Arc<Live>) -> Result<(), ApiError> {
         let _gate = live.gate.write().await;
         let iid = self.running_instance(live, SandboxState::Paused).await?;
-        self.engine.pause(&iid).await.map_err(|e| ApiError::internal("pause", e))?;
+        self.engine
+            .pause(&iid)
+            .await
+            .map_err(|e| ApiError::internal("pause", e))?;
         self.set_state(live, SandboxState::Paused, "api").await
     }
 
@@ -25,15 +28,24 @@ impl Host {
     pub async fn resume(&self, live: &Arc<Live>) -> Result<(), ApiError> {
         let _gate = live.gate.write().await;
         let iid = self.running_instance(live, SandboxState::Running).await?;
-        self.engine.resume(&iid).await.map_err(|e| ApiError::internal("resume", e))?;
+        self.engine
+            .resume(&iid)
+            .await
+            .map_err(|e| ApiError::internal("resume", e))?;
         live.touch().await;
         self.set_state(live, SandboxState::Running, "api").await
     }
 
     /// Checks that the sandbox may go to `to` and returns its instance id.
-    pub(super) async fn running_instance(&self, live: &Live, to: SandboxState) -> Result<String, ApiError> {
+    pub(super) async fn running_instance(
+        &self,
+        live: &Live,
+        to: SandboxState,
+    ) -> Result<String, ApiError> {
         let r = live.row.lock().await;
         transition(SandboxState::parse(&r.status), to)?;
-        r.instance_id.clone().ok_or_else(|| ApiError::Conflict(format!("sandbox is {}; it has no instance", r.status)))
+        r.instance_id.clone().ok_or_else(|| {
+            ApiError::Conflict(format!("sandbox is {}; it has no instance", r.status))
+        })
     }
 }

@@ -31,7 +31,11 @@ impl Host {
                     drop(gate);
                     self.wake(live, "implicit").await?;
                 }
-                other => return Err(ApiError::Conflict(format!("sandbox is {other}; it must be running"))),
+                other => {
+                    return Err(ApiError::Conflict(format!(
+                        "sandbox is {other}; it must be running"
+                    )))
+                }
             }
         }
     }

@@ -26,13 +26,18 @@ impl Host {
                 (SandboxState::Hibernated | SandboxState::Failed, _) => {}
                 (SandboxState::Running | SandboxState::Paused, Some(iid)) => {
                     owned.insert(iid.to_string());
-                    let status = self.engine.status(iid).await.unwrap_or(InstanceStatus::Missing);
+                    let status = self
+                        .engine
+                        .status(iid)
+                        .await
+                        .unwrap_or(InstanceStatus::Missing);
                     let alive = matches!(status, InstanceStatus::Running | InstanceStatus::Paused);
                     if alive {
                         info!(sandbox_id = %row.id, instance_id = iid, "re-adopted sandbox");
                     } else {
                         warn!(sandbox_id = %row.id, instance_id = iid, ?status, "instance gone after restart");
-                        self.fail(&live, "instance lost while the server was down").await;
+                        self.fail(&live, "instance lost while the server was down")
+                            .await;
                     }
                 }
                 _ => self.fail(&live, "server stopped during a transition").await,
@@ -42,7 +47,17 @@ impl Host {
             if !owned.contains(&iid) {
                 warn!(instance_id = %iid, "destroying orphan instance");
                 let dir = self.cfg.data_dir.join("instances").join(&iid);
-                let _ = self.engine.destroy(&iid, &dir).await;
+                let engine = self.engine.clone();
+                tokio::spawn(async move { engine.destroy(&iid, &dir).await });
+            }
+        }
+        // Instance directories runsc no longer knows (a crash between the two steps).
+        if let Ok(dirs) = std::fs::read_dir(self.cfg.data_dir.join("instances")) {
+            for d in dirs.filter_map(Result::ok) {
+                let name = d.file_name().to_string_lossy().into_owned();
+                if !owned.contains(&name) && !d.path().join("guest.sock").exists() {
+                    let _ = std::fs::remove_dir_all(d.path());
+                }
             }
         }
         Ok(())

@@ -20,7 +20,12 @@ const RESTORE_HANDSHAKE: Duration = Duration::from_secs(20);
 /// Total size of the files in `dir`, bytes.
 pub fn dir_size(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(Result::ok).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
         .unwrap_or(0)
 }
 
@@ -28,17 +33,31 @@ impl Host {
     /// Writes a checkpoint image of a running sandbox into `image` and returns the kernels
     /// that were live in it (`[{kernel_id, language, last_used_ms}]`). The caller holds the
     /// sandbox's gate exclusively.
-    pub(super) async fn capture(&self, live: &Live, image: &Path, leave_running: bool) -> Result<serde_json::Value, ApiError> {
+    pub(super) async fn capture(
+        &self,
+        live: &Live,
+        image: &Path,
+        leave_running: bool,
+    ) -> Result<serde_json::Value, ApiError> {
         let iid = {
             let r = live.row.lock().await;
-            if r.status != SandboxState::Running.as_str() && r.status != SandboxState::Paused.as_str() {
-                return Err(ApiError::Conflict(format!("sandbox is {}; it must be running", r.status)));
+            if r.status != SandboxState::Running.as_str()
+                && r.status != SandboxState::Paused.as_str()
+            {
+                return Err(ApiError::Conflict(format!(
+                    "sandbox is {}; it must be running",
+                    r.status
+                )));
             }
-            r.instance_id.clone().ok_or_else(|| ApiError::Conflict("sandbox has no instance".into()))?
+            r.instance_id
+                .clone()
+                .ok_or_else(|| ApiError::Conflict("sandbox has no instance".into()))?
         };
         let conn = live.guest().await?;
         let kernels = match conn.call(HostMsg::KernelList { id: conn.new_id() }).await? {
-            (GuestMsg::Kernels { kernels, .. }, _) => serde_json::to_value(kernels).unwrap_or_default(),
+            (GuestMsg::Kernels { kernels, .. }, _) => {
+                serde_json::to_value(kernels).unwrap_or_default()
+            }
             _ => serde_json::Value::Array(Vec::new()),
         };
         if let Err(e) = self.engine.checkpoint(&iid, image, leave_running).await {
@@ -86,7 +105,10 @@ impl Host {
     /// # Errors
     /// 404 when the workspace has no such snapshot.
     pub fn delete_snapshot(&self, workspace_id: &str, id: &str) -> Result<(), ApiError> {
-        let snap = self.store.snapshot(workspace_id, id)?.ok_or_else(|| ApiError::NotFound(format!("snapshot {id} not found")))?;
+        let snap = self
+            .store
+            .snapshot(workspace_id, id)?
+            .ok_or_else(|| ApiError::NotFound(format!("snapshot {id} not found")))?;
         self.store.delete_snapshot(workspace_id, id)?;
         let _ = std::fs::remove_dir_all(&snap.image_dir);
         Ok(())
@@ -98,7 +120,10 @@ impl Host {
     /// # Errors
     /// 409 saying which generation the snapshot needs and which is current.
     pub fn check_generation(&self, snap: &SnapshotRow) -> Result<(), ApiError> {
-        let current = self.templates.get(&snap.template).map_err(|e| ApiError::internal("template lookup", e))?;
+        let current = self
+            .templates
+            .get(&snap.template)
+            .map_err(|e| ApiError::internal("template lookup", e))?;
         match current {
             Some(t) if t.generation as i64 == snap.template_generation => Ok(()),
             Some(t) => Err(ApiError::Conflict(format!(
@@ -111,7 +136,11 @@ impl Host {
 
     /// Restores `image` into a new instance for `live` (whose row already names rootfs and
     /// guest dir), updating the row's instance fields.
-    pub(super) async fn boot_from_image(&self, live: &Live, image: &Path) -> Result<GuestConn, ApiError> {
+    pub(super) async fn boot_from_image(
+        &self,
+        live: &Live,
+        image: &Path,
+    ) -> Result<GuestConn, ApiError> {
         let (rootfs, guest_dir, cpu, mem) = {
             let r = live.row.lock().await;
             (r.rootfs.clone(), r.guest_dir.clone(), r.cpu, r.memory_mb)
@@ -123,13 +152,25 @@ impl Host {
             r.instance_dir = Some(spec.dir.display().to_string());
             self.store.put_sandbox(&r)?;
         }
-        let inst = self.engine.restore(&spec, image).await.map_err(|e| ApiError::internal("restore", e))?;
-        GuestConn::connect(&inst.guest_socket, RESTORE_HANDSHAKE).await.map_err(|e| ApiError::internal("guest handshake after restore", e))
+        let inst = self
+            .engine
+            .restore(&spec, image)
+            .await
+            .map_err(|e| ApiError::internal("restore", e))?;
+        GuestConn::connect(&inst.guest_socket, RESTORE_HANDSHAKE)
+            .await
+            .map_err(|e| ApiError::internal("guest handshake after restore", e))
     }
 
     /// Creates a new sandbox from a checkpoint image. `base` gives template, resources, rootfs
     /// and guest dir (from the snapshot: request values for them are ignored, seed 000).
-    pub(super) async fn create_from_image(&self, spec: &CreateSpec, base: &SnapshotRow, image: &Path, boot_mode: &str) -> Result<Arc<Live>, ApiError> {
+    pub(super) async fn create_from_image(
+        &self,
+        spec: &CreateSpec,
+        base: &SnapshotRow,
+        image: &Path,
+        boot_mode: &str,
+    ) -> Result<Arc<Live>, ApiError> {
         let started = Instant::now();
         let now = now_ms();
         let row = SandboxRow {
@@ -152,7 +193,8 @@ impl Host {
             guest_dir: base.guest_dir.clone(),
             boot_ms: None,
             boot_mode: boot_mode.into(),
-            from_snapshot: (boot_mode == "snapshot" && base.id.starts_with("snap-")).then(|| base.id.clone()),
+            from_snapshot: (boot_mode == "snapshot" && base.id.starts_with("snap-"))
+                .then(|| base.id.clone()),
             hibernate_image: None,
             deleted_at: None,
         };
@@ -163,7 +205,8 @@ impl Host {
             Ok(conn) => {
                 live.set_conn(conn).await;
                 live.row.lock().await.boot_ms = Some(started.elapsed().as_millis() as i64);
-                self.set_state(&live, SandboxState::Running, boot_mode).await?;
+                self.set_state(&live, SandboxState::Running, boot_mode)
+                    .await?;
                 Ok(live)
             }
             Err(e) => {
@@ -177,13 +220,18 @@ impl Host {
     ///
     /// # Errors
     /// 404 for an unknown snapshot; 409 after a template re-bake; 500 when the restore fails.
-    pub async fn create_from_snapshot(&self, spec: CreateSpec, snapshot_id: &str) -> Result<Arc<Live>, ApiError> {
+    pub async fn create_from_snapshot(
+        &self,
+        spec: CreateSpec,
+        snapshot_id: &str,
+    ) -> Result<Arc<Live>, ApiError> {
         let snap = self
             .store
             .snapshot(&spec.workspace_id, snapshot_id)?
             .ok_or_else(|| ApiError::NotFound(format!("snapshot {snapshot_id} not found")))?;
         self.check_generation(&snap)?;
         let image = PathBuf::from(&snap.image_dir);
-        self.create_from_image(&spec, &snap, &image, "snapshot").await
+        self.create_from_image(&spec, &snap, &image, "snapshot")
+            .await
     }
 }

@@ -1,6 +1,7 @@
-//! The TTL sweeper (seed 003 "TTL and persistence"): a non-persistent sandbox whose last API
-//! activity is older than its `ttl_seconds` is destroyed. It runs every 250 ms, so a sandbox
-//! is gone well within 2 s of expiry.
+//! The sweepers (seed 003 "TTL and persistence"): a non-persistent sandbox whose last API
+//! activity is older than its `ttl_seconds` is destroyed; a persistent running sandbox idle for
+//! longer than the idle period (default 5 minutes) is hibernated and wakes on its next request.
+//! They run every 250 ms, so a sandbox is gone well within 2 s of expiry.
 
 use super::Host;
 use pandastack_store::now_ms;
@@ -20,6 +21,7 @@ impl Host {
             loop {
                 tick.tick().await;
                 host.sweep_ttl().await;
+                host.sweep_idle().await;
             }
         });
     }
@@ -29,12 +31,31 @@ impl Host {
         for live in self.all() {
             let expired = {
                 let r = live.row.lock().await;
-                !r.persistent && r.status != "deleted" && now - r.last_active_at > r.ttl_seconds * 1000
+                !r.persistent
+                    && r.status != "deleted"
+                    && now - r.last_active_at > r.ttl_seconds * 1000
             };
             if expired {
                 info!(sandbox_id = %live.id, "ttl expired");
                 if let Err(e) = self.destroy(&live, "ttl").await {
                     tracing::warn!(sandbox_id = %live.id, error = %e, "ttl kill");
+                }
+            }
+        }
+    }
+
+    async fn sweep_idle(self: &Arc<Self>) {
+        let now = now_ms();
+        let limit = self.cfg.idle_hibernate_seconds * 1000;
+        for live in self.all() {
+            let idle = {
+                let r = live.row.lock().await;
+                r.persistent && r.status == "running" && now - r.last_active_at > limit
+            };
+            if idle {
+                info!(sandbox_id = %live.id, "idle persistent sandbox: hibernating");
+                if let Err(e) = self.hibernate(&live, "idle").await {
+                    tracing::warn!(sandbox_id = %live.id, error = %e, "idle hibernate");
                 }
             }
         }

@@ -8,5 +8,7 @@ root="$1"
 stage="$root/tmp/pandastack-wheels"
 mkdir -p "$stage"
 cp "$PANDASTACK_WHEEL_DIR"/*.whl "$stage/"
-chroot "$root" sh -c 'pip3 install --break-system-packages --no-index --no-deps --no-cache-dir --root-user-action=ignore /tmp/pandastack-wheels/*.whl'
+# env -i: host PIP_* settings (find-links, cert) must not leak into the chroot.
+chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+    sh -c 'pip3 install --break-system-packages --no-index --no-deps --no-cache-dir --root-user-action=ignore /tmp/pandastack-wheels/*.whl'
 rm -rf "$stage"

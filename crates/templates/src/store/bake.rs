@@ -98,7 +98,7 @@ impl TemplateStore {
                 Ok(info)
             }
             Err(err) => {
-                if let Err(e) = fs::remove_dir_all(&partial) {
+                if let Err(e) = layout::remove_tree(&partial) {
                     if e.kind() != std::io::ErrorKind::NotFound {
                         tracing::warn!(template = name, build_id, error = %e, "cannot remove partial build");
                     }

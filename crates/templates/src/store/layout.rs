@@ -92,10 +92,57 @@ pub(crate) fn remove_stale(template_dir: &Path) -> io::Result<()> {
         let name = name.to_string_lossy();
         if (name.ends_with(PARTIAL) || name.ends_with(DELETING)) && entry.file_type()?.is_dir() {
             tracing::warn!(dir = %name, "removing interrupted template build");
-            fs::remove_dir_all(entry.path())?;
+            remove_tree(&entry.path())?;
         }
     }
     Ok(())
+}
+
+/// `remove_dir_all`, but refuses if anything is mounted at or below `dir`: a
+/// bootstrap killed mid-way could leave `/proc` or bind-mounted device nodes in
+/// the chroot, and deleting through those would damage the host.
+pub(crate) fn remove_tree(dir: &Path) -> io::Result<()> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
+    if let Some(mount) = mounts_below(&mountinfo, dir).next() {
+        tracing::error!(dir = %dir.display(), mount = %mount.display(), "mount point inside a template build");
+        return Err(io::Error::other(
+            "refusing to delete a build with a mount point inside",
+        ));
+    }
+    fs::remove_dir_all(dir)
+}
+
+/// Mount points (field 5 of mountinfo, octal escapes decoded) at or below `dir`.
+fn mounts_below<'a>(mountinfo: &'a str, dir: &'a Path) -> impl Iterator<Item = PathBuf> + 'a {
+    mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape_mountinfo(field)))
+        .filter(move |mount| mount.starts_with(dir))
+}
+
+/// Decodes the `\ooo` escapes the kernel uses for space, tab, newline and `\\`.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .and_then(|d| std::str::from_utf8(d).ok())
+            .and_then(|d| u8::from_str_radix(d, 8).ok());
+        match (bytes[i], octal) {
+            (b'\\', Some(b)) => {
+                out.push(b);
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -113,5 +160,24 @@ mod tests {
         assert_eq!(parse_build_id("current"), None);
         assert_eq!(parse_build_id(&format!("{hash}-g")), None);
         assert_eq!(parse_build_id(&format!("{}-g1", "AB".repeat(32))), None);
+    }
+
+    #[test]
+    fn mounts_below_finds_escaped_mount_points() {
+        let info = "22 27 0:21 / /proc rw - proc proc rw\n\
+                    90 27 0:50 / /srv/t/base/x.partial/rootfs/dev\\040x rw - tmpfs t rw\n";
+        let dir = Path::new("/srv/t/base/x.partial");
+        let found: Vec<_> = mounts_below(info, dir).collect();
+        assert_eq!(found, [PathBuf::from("/srv/t/base/x.partial/rootfs/dev x")]);
+        assert_eq!(mounts_below(info, Path::new("/srv/t/base/y")).count(), 0);
+    }
+
+    #[test]
+    fn remove_tree_deletes_unmounted_dirs() {
+        let tmp = crate::testutil::TempDir::new("remove");
+        let dir = tmp.path().join("a.partial");
+        fs::create_dir_all(dir.join("rootfs/usr")).unwrap();
+        remove_tree(&dir).unwrap();
+        assert!(!dir.exists());
     }
 }

@@ -126,7 +126,7 @@ impl TemplateStore {
             io::ErrorKind::NotFound => not_found(),
             _ => StoreError::io(what.clone())(e),
         })?;
-        fs::remove_dir_all(&doomed).map_err(StoreError::io(what.clone()))?;
+        layout::remove_tree(&doomed).map_err(StoreError::io(what.clone()))?;
         match fs::remove_file(dir.join(format!("{build_id}.log"))) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::io(what)(e)),
             _ => Ok(()),

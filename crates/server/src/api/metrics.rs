@@ -1,0 +1,101 @@
+//! `GET /metrics` (Prometheus text format, no auth: bind the server to a private address) and
+//! `GET /v1/sandboxes/{id}/metrics` (one sandbox's CPU and RSS, seed 003 "health monitor").
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::sandbox_id;
+use crate::metrics::metrics;
+use crate::state::SandboxState;
+use crate::AppState;
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use prometheus::Encoder;
+use serde_json::{json, Value};
+use std::time::Instant;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/sandboxes/:id/metrics", get(sandbox_metrics))
+}
+
+/// `GET /metrics`.
+pub async fn prometheus_text(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let m = metrics();
+    let mut counts = std::collections::HashMap::new();
+    for live in st.host.all() {
+        let status = live.row.lock().await.status.clone();
+        *counts.entry(status).or_insert(0i64) += 1;
+    }
+    for s in [
+        SandboxState::Creating,
+        SandboxState::Running,
+        SandboxState::Paused,
+        SandboxState::Hibernated,
+        SandboxState::Failed,
+    ] {
+        m.sandboxes
+            .with_label_values(&[s.as_str()])
+            .set(counts.get(s.as_str()).copied().unwrap_or(0));
+    }
+    let mut buf = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&m.registry.gather(), &mut buf)
+        .map_err(|e| ApiError::internal("metrics", e))?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        buf,
+    )
+        .into_response())
+}
+
+/// Middleware: request latency by matched route (never by raw path, so ids do not explode
+/// the label space).
+pub async fn track(req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().as_str().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let resp = next.run(req).await;
+    metrics()
+        .http
+        .with_label_values(&[&method, &route, resp.status().as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    resp
+}
+
+async fn sandbox_metrics(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
+    let (iid, status) = {
+        let r = live.row.lock().await;
+        (r.instance_id.clone(), r.status.clone())
+    };
+    let stats = match &iid {
+        Some(i) => st
+            .host
+            .engine
+            .stats(i)
+            .await
+            .map_err(|e| ApiError::internal("stats", e))?,
+        None => Default::default(),
+    };
+    Ok(Json(json!({
+        "sandbox_id": live.id,
+        "status": status,
+        "memory_bytes": stats.memory_bytes,
+        "rss_bytes": stats.memory_bytes,
+        "cpu_ns": stats.cpu_ns,
+        "cpu_percent": live.cpu_percent(),
+    })))
+}

@@ -1,0 +1,74 @@
+//! The health monitor (seed 003 "Health monitor"): every 5 s each running sandbox's guest
+//! daemon is pinged (2 s to answer) and its CPU use sampled from its cgroup; every 30 s the
+//! engine is asked whether the instance still exists. Three consecutive failed probes mark the
+//! sandbox `failed` and release its resources.
+
+use super::Host;
+use pandastack_engine::InstanceStatus;
+use pandastack_guest_protocol::{GuestMsg, HostMsg};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::warn;
+
+/// Guest probe period.
+pub const PROBE_PERIOD: Duration = Duration::from_secs(5);
+/// Engine state check period, in probe periods (30 s).
+const ENGINE_EVERY: u64 = 6;
+/// Time a guest has to answer a ping.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// Consecutive failed probes that mark a sandbox failed.
+pub const MAX_FAILED_PROBES: u32 = 3;
+
+impl Host {
+    /// Spawns the monitor task.
+    pub fn spawn_health_monitor(self: &Arc<Self>) {
+        let host = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PROBE_PERIOD);
+            let mut round: u64 = 0;
+            loop {
+                tick.tick().await;
+                round += 1;
+                for live in host.all() {
+                    let host = host.clone();
+                    tokio::spawn(async move { host.probe(&live, round % ENGINE_EVERY == 0).await });
+                }
+            }
+        });
+    }
+
+    async fn probe(&self, live: &Arc<super::Live>, check_engine: bool) {
+        // A lifecycle operation in progress owns the sandbox; probe it next round.
+        let Ok(_gate) = live.gate.try_read() else {
+            return;
+        };
+        let (status, iid) = {
+            let r = live.row.lock().await;
+            (r.status.clone(), r.instance_id.clone())
+        };
+        if status != "running" {
+            return;
+        }
+        let Some(iid) = iid else { return };
+        if let Ok(stats) = self.engine.stats(&iid).await {
+            live.record_cpu(stats.cpu_ns);
+        }
+        let mut ok = match live.guest().await {
+            Ok(conn) => matches!(
+                tokio::time::timeout(PING_TIMEOUT, conn.call(HostMsg::Ping { id: conn.new_id() }))
+                    .await,
+                Ok(Ok((GuestMsg::Pong { .. }, _)))
+            ),
+            Err(_) => false,
+        };
+        if ok && check_engine {
+            ok = matches!(self.engine.status(&iid).await, Ok(InstanceStatus::Running));
+        }
+        let failures = live.record_probe(ok);
+        if failures >= MAX_FAILED_PROBES {
+            warn!(sandbox_id = %live.id, failures, "sandbox unhealthy: marking failed");
+            drop(_gate);
+            self.fail(live, "health check failed").await;
+        }
+    }
+}

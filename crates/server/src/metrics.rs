@@ -1,0 +1,96 @@
+//! Prometheus metrics (`GET /metrics`, text format): API request latency by route, lifecycle
+//! operation latency, sandboxes created, runsc (engine) failures, and sandboxes by state
+//! (computed at scrape time from the host agent).
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use std::sync::OnceLock;
+
+/// The server's metric families.
+pub struct Metrics {
+    pub registry: Registry,
+    /// `pandastack_http_request_duration_seconds{method,route,status}`.
+    pub http: HistogramVec,
+    /// `pandastack_lifecycle_duration_seconds{op}`: create, restore, fork, snapshot, pause,
+    /// resume, hibernate, wake, kill.
+    pub lifecycle: HistogramVec,
+    /// `pandastack_sandboxes_created_total{template,boot_mode}`.
+    pub created: IntCounterVec,
+    /// `pandastack_engine_failures_total{op}`: runsc operations that failed.
+    pub engine_failures: IntCounterVec,
+    /// `pandastack_sandboxes{state}`.
+    pub sandboxes: IntGaugeVec,
+}
+
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+fn build() -> Result<Metrics, prometheus::Error> {
+    let registry = Registry::new();
+    let http = HistogramVec::new(
+        HistogramOpts::new(
+            "pandastack_http_request_duration_seconds",
+            "API request latency by route",
+        )
+        .buckets(BUCKETS.to_vec()),
+        &["method", "route", "status"],
+    )?;
+    let lifecycle = HistogramVec::new(
+        HistogramOpts::new(
+            "pandastack_lifecycle_duration_seconds",
+            "Sandbox lifecycle operation latency",
+        )
+        .buckets(BUCKETS.to_vec()),
+        &["op"],
+    )?;
+    let created = IntCounterVec::new(
+        Opts::new("pandastack_sandboxes_created_total", "Sandboxes created"),
+        &["template", "boot_mode"],
+    )?;
+    let engine_failures = IntCounterVec::new(
+        Opts::new(
+            "pandastack_engine_failures_total",
+            "Failed runsc operations",
+        ),
+        &["op"],
+    )?;
+    let sandboxes = IntGaugeVec::new(
+        Opts::new("pandastack_sandboxes", "Sandboxes by state"),
+        &["state"],
+    )?;
+    registry.register(Box::new(http.clone()))?;
+    registry.register(Box::new(lifecycle.clone()))?;
+    registry.register(Box::new(created.clone()))?;
+    registry.register(Box::new(engine_failures.clone()))?;
+    registry.register(Box::new(sandboxes.clone()))?;
+    Ok(Metrics {
+        registry,
+        http,
+        lifecycle,
+        created,
+        engine_failures,
+        sandboxes,
+    })
+}
+
+/// The process-wide metrics.
+///
+/// # Panics
+/// Never in practice: registration only fails on duplicate names, which are fixed above.
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(|| build().expect("metric names are unique"))
+}
+
+/// Records the duration of a lifecycle operation that started at `started`.
+pub fn observe(op: &str, started: std::time::Instant) {
+    metrics()
+        .lifecycle
+        .with_label_values(&[op])
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// Counts a failed engine operation.
+pub fn engine_failed(op: &str) {
+    metrics().engine_failures.with_label_values(&[op]).inc();
+}
