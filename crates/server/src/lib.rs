@@ -43,6 +43,7 @@ pub fn app(state: AppState) -> Router {
         .merge(api::fork::router())
         .merge(api::events::router())
         .merge(api::metrics::router())
+        .merge(api::logs::router())
         .merge(api::fs::router())
         .merge(api::repl::router())
         .merge(api::templates::router())

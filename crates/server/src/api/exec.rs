@@ -7,6 +7,7 @@ use crate::auth::Caller;
 use crate::error::{from_guest, ApiError};
 use crate::extract::{sandbox_id, RequiredJson};
 use crate::guest::{GuestConn, Reply};
+use crate::host::logs::LogStream;
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -119,11 +120,17 @@ async fn exec(
             GuestMsg::Output {
                 stream: OutputStream::Stdout,
                 ..
-            } => push_capped(&mut out, &body, &mut out_cut),
+            } => {
+                live.log.append(LogStream::Stdout, &body);
+                push_capped(&mut out, &body, &mut out_cut)
+            }
             GuestMsg::Output {
                 stream: OutputStream::Stderr,
                 ..
-            } => push_capped(&mut err, &body, &mut err_cut),
+            } => {
+                live.log.append(LogStream::Stderr, &body);
+                push_capped(&mut err, &body, &mut err_cut)
+            }
             GuestMsg::Exited {
                 exit_code,
                 timed_out,
@@ -131,6 +138,8 @@ async fn exec(
                 ..
             } => {
                 guard.disarm();
+                live.log.flush(LogStream::Stdout);
+                live.log.flush(LogStream::Stderr);
                 live.touch().await;
                 let mut stderr = String::from_utf8_lossy(&err).into_owned();
                 if out_cut || err_cut {
@@ -173,6 +182,7 @@ fn sse_stream(
     mut rx: mpsc::Receiver<Reply>,
     mut guard: KillOnDrop,
     timeout_seconds: u64,
+    live: std::sync::Arc<crate::host::Live>,
 ) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
     async_stream::stream! {
         // Bytes of a UTF-8 sequence split across chunks are held back until complete.
@@ -180,7 +190,8 @@ fn sse_stream(
         while let Some((msg, body)) = rx.recv().await {
             match msg {
                 GuestMsg::Output { stream, .. } => {
-                    let (idx, name) = match stream { OutputStream::Stdout => (0, "stdout"), OutputStream::Stderr => (1, "stderr") };
+                    let (idx, name, ls) = match stream { OutputStream::Stdout => (0, "stdout", LogStream::Stdout), OutputStream::Stderr => (1, "stderr", LogStream::Stderr) };
+                    live.log.append(ls, &body);
                     pending[idx].extend_from_slice(&body);
                     let text = take_utf8(&mut pending[idx]);
                     if !text.is_empty() {
@@ -189,6 +200,8 @@ fn sse_stream(
                 }
                 GuestMsg::Exited { exit_code, timed_out, .. } => {
                     guard.disarm();
+                    live.log.flush(LogStream::Stdout);
+                    live.log.flush(LogStream::Stderr);
                     for (idx, name) in [(0, "stdout"), (1, "stderr")] {
                         if !pending[idx].is_empty() {
                             let text = String::from_utf8_lossy(&pending[idx]).into_owned();
@@ -235,7 +248,7 @@ async fn exec_stream(
     Path(id): Path<String>,
     RequiredJson(req): RequiredJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
-    let (conn, rid, rx, _live) = start(&st, &caller, &id, &req).await?;
+    let (conn, rid, rx, live) = start(&st, &caller, &id, &req).await?;
     let guard = KillOnDrop {
         conn,
         id: rid,
@@ -245,6 +258,7 @@ async fn exec_stream(
         rx,
         guard,
         req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
+        live,
     );
     let mut resp = Sse::new(stream)
         .keep_alive(

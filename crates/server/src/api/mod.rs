@@ -7,6 +7,7 @@ pub mod exec;
 pub mod fork;
 pub mod fs;
 pub mod lifecycle;
+pub mod logs;
 pub mod metrics;
 pub mod repl;
 pub mod sandboxes;

@@ -9,6 +9,7 @@
 use crate::auth::Caller;
 use crate::error::{from_guest, ApiError};
 use crate::extract::{sandbox_id, JsonBody, RequiredJson};
+use crate::host::logs::LogStream;
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -69,7 +70,14 @@ async fn create(
         .filter(|k| k.language == lang && !held.contains(&k.kernel_id))
         .max_by_key(|k| k.last_used_ms);
     let (kernel_id, adopted) = match adoptable {
-        Some(k) => (k.kernel_id, true),
+        Some(k) => {
+            if k.kernel_id.starts_with(crate::host::TEMPLATE_KERNEL_PREFIX)
+                && !ready.envs.is_empty()
+            {
+                inject_envs(&ready.conn, &k.kernel_id, &ready.envs).await?;
+            }
+            (k.kernel_id, true)
+        }
         None => {
             let kernel_id = format!("k-{}", uuid::Uuid::new_v4().simple());
             let msg = HostMsg::KernelStart {
@@ -141,15 +149,24 @@ async fn run(
     let reply = conn.call(msg).await?;
     live.touch().await;
     match reply {
-        (GuestMsg::KernelResult { execution: e, .. }, _) => Ok(Json(Execution {
-            results: e.results,
-            stdout: e.stdout,
-            stderr: e.stderr,
-            error: e.error,
-            exit: e.exit_code,
-            exit_code: e.exit_code,
-            duration_ms: e.duration_ms,
-        })),
+        (GuestMsg::KernelResult { execution: e, .. }, _) => {
+            for (stream, text) in [
+                (LogStream::Stdout, &e.stdout),
+                (LogStream::Stderr, &e.stderr),
+            ] {
+                live.log.append(stream, text.as_bytes());
+                live.log.flush(stream);
+            }
+            Ok(Json(Execution {
+                results: e.results,
+                stdout: e.stdout,
+                stderr: e.stderr,
+                error: e.error,
+                exit: e.exit_code,
+                exit_code: e.exit_code,
+                duration_ms: e.duration_ms,
+            }))
+        }
         (GuestMsg::Error { code, message, .. }, _) => Err(from_guest(code, message)),
         (other, _) => Err(ApiError::internal(
             "kernel run",
@@ -206,4 +223,29 @@ async fn list(
         "sessions": contexts.iter().map(|c| json!({"id": c.id, "kernel_id": c.kernel_id, "language": c.language, "created_at": super::rfc3339(c.created_at)})).collect::<Vec<_>>(),
         "kernels": kernels.iter().map(|k| json!({"kernel_id": k.kernel_id, "language": k.language, "pid": k.pid, "last_used_ms": k.last_used_ms, "attached": contexts.iter().any(|c| c.kernel_id == k.kernel_id)})).collect::<Vec<_>>(),
     })))
+}
+
+/// The warmed kernel of a template image was started before this sandbox existed, so it lacks
+/// the sandbox's `envs` (kept out of template snapshots on purpose, seed 001): set them in
+/// `os.environ` on adoption.
+async fn inject_envs(
+    conn: &crate::guest::GuestConn,
+    kernel_id: &str,
+    envs: &std::collections::BTreeMap<String, String>,
+) -> Result<(), ApiError> {
+    let literal = serde_json::to_string(envs).map_err(|e| ApiError::internal("envs", e))?;
+    let code = format!("import os as _pds_os, json as _pds_json\n_pds_os.environ.update(_pds_json.loads({}))\ndel _pds_os, _pds_json", serde_json::to_string(&literal).map_err(|e| ApiError::internal("envs", e))?);
+    match conn
+        .call(HostMsg::KernelRun {
+            id: conn.new_id(),
+            kernel_id: kernel_id.to_string(),
+            code,
+            timeout_ms: Some(10_000),
+        })
+        .await?
+    {
+        (GuestMsg::KernelResult { execution, .. }, _) if execution.error.is_none() => Ok(()),
+        (GuestMsg::Error { code, message, .. }, _) => Err(from_guest(code, message)),
+        (other, _) => Err(ApiError::internal("kernel env", format!("{other:?}"))),
+    }
 }

@@ -20,6 +20,8 @@ pub struct Live {
     /// Requests (exec, files, kernels) hold it shared; lifecycle operations (pause, snapshot,
     /// hibernate, delete) hold it exclusively, so they never cut a request in half.
     pub gate: std::sync::Arc<RwLock<()>>,
+    /// What the sandbox's commands and kernels printed.
+    pub log: super::logs::SandboxLog,
     /// Consecutive failed health probes.
     failed_probes: std::sync::atomic::AtomicU32,
     /// Last CPU sample: (cpu ns, unix ms) and the CPU use between the last two, in percent x100.
@@ -37,6 +39,7 @@ impl Live {
             gate: std::sync::Arc::new(RwLock::new(())),
             failed_probes: Default::default(),
             cpu_sample: Default::default(),
+            log: Default::default(),
         }
     }
 

@@ -8,6 +8,7 @@ mod guest_dir;
 mod health;
 mod hibernate;
 mod live;
+pub mod logs;
 mod pause;
 mod pool;
 mod ready;
