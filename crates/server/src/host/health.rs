@@ -31,7 +31,9 @@ impl Host {
                 round += 1;
                 for live in host.all() {
                     let host = host.clone();
-                    tokio::spawn(async move { host.probe(&live, round % ENGINE_EVERY == 0).await });
+                    tokio::spawn(async move {
+                        host.probe(&live, round.is_multiple_of(ENGINE_EVERY)).await
+                    });
                 }
             }
         });
