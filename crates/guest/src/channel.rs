@@ -9,9 +9,8 @@ use crate::dispatch::Guest;
 use pandastack_guest_protocol::{
     read_frame, write_frame, ErrorCode, Frame, FrameError, GuestMsg, RequestId, MAX_HEADER_BYTES,
 };
-use std::fs::File;
+use crate::hostio::HostFd;
 use std::io::{BufReader, BufWriter};
-use std::os::unix::io::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,10 +27,8 @@ pub struct Out {
 impl Out {
     /// A writer on fd 1.
     pub fn stdout() -> Arc<Out> {
-        // SAFETY: fd 1 is open from process start and from here on owned by this writer alone;
-        // nothing else in the guest writes to it or closes it.
-        let file = unsafe { File::from_raw_fd(1) };
-        Self::new(Box::new(BufWriter::with_capacity(64 * 1024, file)))
+        // fd 1 is open from process start and from here on used by this writer alone.
+        Self::new(Box::new(BufWriter::with_capacity(64 * 1024, HostFd(1))))
     }
 
     /// A writer on any sink (tests).
@@ -96,9 +93,8 @@ fn error(id: RequestId, code: ErrorCode, message: &str) -> GuestMsg {
 
 /// Reads frames from fd 0 and dispatches them, forever.
 pub fn serve(mut guest: Guest) -> ! {
-    // SAFETY: fd 0 stays open for the life of the process and only this thread reads it.
-    let file = unsafe { File::from_raw_fd(0) };
-    let mut input = BufReader::with_capacity(256 * 1024, file);
+    // fd 0 stays open for the life of the process and only this thread reads it.
+    let mut input = BufReader::with_capacity(256 * 1024, HostFd(0));
     let mut at_eof = false;
     let mut bad_frames: u64 = 0;
     loop {

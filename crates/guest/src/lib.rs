@@ -17,6 +17,7 @@ pub mod dispatch;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod hostio;
 pub mod kernel;
 pub mod reaper;
 pub mod setup;

@@ -1,0 +1,62 @@
+//! `sandbox create`: `POST /v1/sandboxes` (contract §2.1 "Create body"). Only the flags given
+//! are sent; the server picks the template (`code-interpreter`) and TTL (3600 s) otherwise, and
+//! a `--from-snapshot` restore takes its template from the snapshot.
+
+use super::render;
+use crate::client::Timeout;
+use crate::commands::Ctx;
+use crate::error::Result;
+use crate::output;
+use crate::parse::{self, KeyValue};
+use clap::Args;
+use pandastack_api::CreateSandbox;
+
+/// Flags of `sandbox create`.
+#[derive(Debug, Clone, Args)]
+pub struct CreateArgs {
+    /// Template name, e.g. `code-interpreter` or `base`.
+    #[arg(long)]
+    pub template: Option<String>,
+    /// Seconds until the sandbox is killed, refreshed by any API activity.
+    #[arg(long, value_name = "SECS")]
+    pub ttl: Option<i64>,
+    /// Metadata echoed back on the sandbox; repeatable.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse::key_value)]
+    pub metadata: Vec<KeyValue>,
+    /// Ignore the TTL; the idle sweeper hibernates the sandbox instead.
+    #[arg(long)]
+    pub persistent: bool,
+    /// Restore this snapshot (`snap-...`) into the new sandbox.
+    #[arg(long, value_name = "SNAPSHOT_ID")]
+    pub from_snapshot: Option<String>,
+    /// Environment for every command and kernel of the sandbox; repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse::key_value)]
+    pub env: Vec<KeyValue>,
+}
+
+impl CreateArgs {
+    /// The request body for these flags.
+    pub fn body(&self) -> CreateSandbox {
+        CreateSandbox {
+            template: self.template.clone(),
+            ttl_seconds: self.ttl,
+            metadata: parse::to_map(&self.metadata),
+            persistent: self.persistent.then_some(true),
+            from_snapshot: self.from_snapshot.clone(),
+            envs: parse::to_map(&self.env),
+            ..CreateSandbox::default()
+        }
+    }
+}
+
+/// Creates the sandbox and prints it.
+pub fn run(args: &CreateArgs, ctx: &Ctx) -> Result<()> {
+    let body = crate::commands::body(&args.body())?;
+    let reply = ctx
+        .client()?
+        .post_json(&["sandboxes"], Some(&body), Timeout::Slow)?;
+    if ctx.json() {
+        return output::json(&reply);
+    }
+    render::print_one(&reply, "POST /v1/sandboxes")
+}
