@@ -6,10 +6,10 @@
 //! because after a gVisor restore the same fd is re-attached to a new peer.
 
 use crate::dispatch::Guest;
+use crate::hostio::HostFd;
 use pandastack_guest_protocol::{
     read_frame, write_frame, ErrorCode, Frame, FrameError, GuestMsg, RequestId, MAX_HEADER_BYTES,
 };
-use crate::hostio::HostFd;
 use std::io::{BufReader, BufWriter};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -11,7 +11,11 @@ pub struct HostFd(pub RawFd);
 
 impl HostFd {
     fn wait(&self, events: libc::c_short) {
-        let mut pfd = libc::pollfd { fd: self.0, events, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.0,
+            events,
+            revents: 0,
+        };
         // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
         unsafe {
             libc::poll(&mut pfd, 1, 1000);
