@@ -64,6 +64,24 @@ impl Reaper {
         Ok(child)
     }
 
+    /// Runs `start` (which creates a child and returns its pid) under the table lock and
+    /// registers `on_exit` for that pid before anyone can reap it.
+    ///
+    /// # Errors
+    /// The error of `start`; `on_exit` is then dropped unused.
+    pub fn spawn_with(
+        &self,
+        start: impl FnOnce() -> io::Result<i32>,
+        on_exit: OnExit,
+    ) -> io::Result<i32> {
+        let mut table = self.lock();
+        let pid = start()?;
+        table.waiters.insert(pid, on_exit);
+        table.generation += 1;
+        self.spawned.notify_all();
+        Ok(pid)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Table> {
         match self.table.lock() {
             Ok(t) => t,

@@ -2,12 +2,12 @@
 //!
 //! [`start`] spawns the process on the reader thread (so an `ExecKill` right behind the `Exec`
 //! always finds it) and hands it to a worker ([`run`]) that watches the exit status, the two
-//! output pipes ([`output`]) and the timeout.
+//! output pipes and the timeout.
 
 pub mod command_line;
-mod output;
 mod run;
 pub mod spawn;
+mod vfork;
 
 use crate::dispatch::Ctx;
 use crate::error::OpError;

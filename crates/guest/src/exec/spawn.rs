@@ -1,16 +1,24 @@
 //! Starts an exec's process: directly when the line is plain words, else under a shell. The
 //! child gets its own process group (so a timeout kills everything it started), stdin from
-//! /dev/null and piped stdout and stderr.
+//! /dev/null and piped stdout and stderr. Processes start through [`super::vfork`].
 
 use super::command_line::{plan, Plan};
+use super::vfork::{self, Prepared};
 use super::Request;
 use crate::error::OpError;
 use crate::reaper::{OnExit, Reaper};
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io;
-use std::os::unix::process::CommandExt;
+use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+
+/// A started process: its pid (= process group id) and the read ends of its output pipes.
+pub struct Child {
+    pub pid: i32,
+    pub stdout: File,
+    pub stderr: File,
+}
 
 /// What became of a spawn.
 pub enum Spawned {
@@ -44,15 +52,17 @@ pub fn spawn(
             msg,
         ));
     }
+    let mut env = base_env.clone();
+    env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let words = match plan(&req.cmd) {
         Plan::Direct(words) => words,
-        Plan::Shell => return shell(reaper, base_env, &cwd, req, on_exit),
+        Plan::Shell => return shell(reaper, &env, &cwd, req, on_exit),
     };
-    let mut cmd = command(&words[0], &words[1..], base_env, &req.env, &cwd);
-    match reaper.spawn(&mut cmd, on_exit()) {
+    let program = resolve(&words[0], env.get("PATH"));
+    match start(reaper, &program, &words, &env, &cwd, on_exit()) {
         Ok(child) => Ok(Spawned::Running(child)),
         Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
-            shell(reaper, base_env, &cwd, req, on_exit)
+            shell(reaper, &env, &cwd, req, on_exit)
         }
         Err(e) => Ok(bash_like_failure(&words[0], &e)),
     }
@@ -60,7 +70,7 @@ pub fn spawn(
 
 fn shell(
     reaper: &Reaper,
-    base_env: &BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
     cwd: &Path,
     req: &Request,
     on_exit: &dyn Fn() -> OnExit,
@@ -70,43 +80,60 @@ fn shell(
     } else {
         "/bin/sh"
     };
-    let args = ["-c".to_string(), req.cmd.clone()];
-    let mut cmd = command(shell, &args, base_env, &req.env, cwd);
-    reaper
-        .spawn(&mut cmd, on_exit())
+    let argv = [shell.to_string(), "-c".to_string(), req.cmd.clone()];
+    start(reaper, shell, &argv, env, cwd, on_exit())
         .map(Spawned::Running)
         .map_err(|e| OpError::io(shell, &e))
 }
 
-fn command(
+fn pipe() -> io::Result<(File, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid out-array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 returned two fresh fds that nothing else owns.
+    Ok(unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn start(
+    reaper: &Reaper,
     program: &str,
-    args: &[String],
-    base_env: &BTreeMap<String, String>,
+    argv: &[String],
     env: &BTreeMap<String, String>,
     cwd: &Path,
-) -> Command {
-    let mut cmd = Command::new(resolve(
+    on_exit: OnExit,
+) -> io::Result<Child> {
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let devnull = File::open("/dev/null")?;
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let cwd = cwd.to_str().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "working directory is not UTF-8",
+        )
+    })?;
+    let mut prepared = Prepared::new(
         program,
-        env.get("PATH").or_else(|| base_env.get("PATH")),
-    ));
-    cmd.args(args)
-        .env_clear()
-        .envs(base_env)
-        .envs(env)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    cmd
+        argv,
+        &env,
+        cwd,
+        [devnull.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+    )?;
+    let pid = reaper.spawn_with(|| vfork::spawn(&mut prepared), on_exit)?;
+    // The write ends now belong to the child; ours close here so the pipes end with it.
+    drop((out_w, err_w, devnull));
+    Ok(Child {
+        pid,
+        stdout: out_r,
+        stderr: err_r,
+    })
 }
 
 /// The absolute path of `program` found on `path` (or `program` unchanged when it has a `/` or
-/// is not found). An absolute program lets std start it with `posix_spawn` (vfork-style, no
-/// address-space copy) instead of fork + exec: under gVisor's ptrace platform a fork costs
-/// ~10 ms, so this is most of an exec's latency. (std falls back to fork when it has to search
-/// a PATH that the command's environment overrides.)
-fn resolve(program: &str, path: Option<&String>) -> std::path::PathBuf {
+/// is not found, so that `execve` reports the error).
+fn resolve(program: &str, path: Option<&String>) -> String {
     use std::os::unix::fs::PermissionsExt;
     if program.contains('/') {
         return program.into();
@@ -118,7 +145,7 @@ fn resolve(program: &str, path: Option<&String>) -> std::path::PathBuf {
         let candidate = Path::new(dir).join(program);
         if let Ok(meta) = std::fs::metadata(&candidate) {
             if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                return candidate;
+                return candidate.display().to_string();
             }
         }
     }
