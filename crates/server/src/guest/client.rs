@@ -25,6 +25,8 @@ use tracing::{debug, warn};
 const STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Frames buffered per request (file chunks are up to 1 MiB each).
 const REPLY_BUFFER: usize = 16;
+/// Frames queued for the socket (uploads send 1 MiB chunks: this bounds their buffering).
+const WRITE_BUFFER: usize = 16;
 
 /// A reply frame: the decoded message and its raw body.
 pub type Reply = (GuestMsg, Vec<u8>);
@@ -87,7 +89,7 @@ impl GuestConn {
     async fn try_connect(path: &Path) -> std::io::Result<Self> {
         let stream = UnixStream::connect(path).await?;
         let (mut rd, mut wr) = stream.into_split();
-        let (tx, mut rx) = mpsc::channel::<Frame>(64);
+        let (tx, mut rx) = mpsc::channel::<Frame>(WRITE_BUFFER);
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let a = alive.clone();

@@ -27,6 +27,34 @@ pub struct CreateSpec {
 }
 
 impl Host {
+    /// The current build of template `name`.
+    ///
+    /// # Errors
+    /// 400 naming the template and the ones that exist when it is unknown or malformed.
+    pub fn template(&self, name: &str) -> Result<pandastack_templates::TemplateInfo, ApiError> {
+        let unknown = || {
+            let names: Vec<String> = self
+                .templates
+                .list()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
+            let shown: String = name.chars().take(64).collect();
+            ApiError::BadRequest(format!(
+                "template: unknown template '{shown}' (available: {})",
+                names.join(", ")
+            ))
+        };
+        if pandastack_templates::validate_name(name).is_err() {
+            return Err(unknown());
+        }
+        self.templates
+            .get(name)
+            .map_err(|e| ApiError::internal("template lookup", e))?
+            .ok_or_else(unknown)
+    }
+
     /// Makes a new engine instance spec under `<data_dir>/instances/<instance id>`.
     pub fn instance_spec(
         &self,
@@ -54,16 +82,7 @@ impl Host {
     /// everything started is destroyed).
     pub async fn create(self: &Arc<Self>, spec: CreateSpec) -> Result<Arc<Live>, ApiError> {
         let started = Instant::now();
-        let tpl = self
-            .templates
-            .get(&spec.template)
-            .map_err(|e| ApiError::internal("template lookup", e))?
-            .ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "unknown template '{}'; see GET /v1/templates",
-                    spec.template
-                ))
-            })?;
+        let tpl = self.template(&spec.template)?;
         if let Some(result) = self.create_from_template_image(&spec, &tpl, started).await {
             return result;
         }
