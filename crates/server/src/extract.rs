@@ -47,6 +47,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for RequiredJson<T> {
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // serde would accept a JSON array for a struct (`["base"]` as a create body): every body
+    // of this API is an object.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::BadRequest("malformed JSON body: expected a JSON object".into()));
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -126,6 +131,8 @@ mod tests {
     fn body_errors_name_the_field() {
         let e = decode::<pandastack_api::CreateSandbox>(br#"{"ttl_seconds":"x"}"#).unwrap_err();
         assert!(e.to_string().contains("ttl_seconds"), "{e}");
+        let e = decode::<pandastack_api::CreateSandbox>(br#"["base"]"#).unwrap_err();
+        assert!(e.to_string().contains("JSON object"), "{e}");
         let e = decode::<pandastack_api::CreateSandbox>(b"{not json").unwrap_err();
         assert!(e.to_string().contains("malformed JSON"), "{e}");
     }
