@@ -1,36 +1,72 @@
 //! Reads an instance's resource use from its cgroup-v1 controllers.
+//!
+//! The OCI `cgroupsPath` is relative (`pandastack/<id>`), so runsc creates it under the cgroup
+//! of whoever started it (the shim inherits the server's, e.g. `/process_api/<hash>` for the
+//! memory controller here): each controller's directory is looked up under this process's own
+//! cgroup first, then under the controller's root.
 
 use pandastack_engine::InstanceStats;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+const CONTROLLERS: [&str; 9] = [
+    "memory", "cpu", "cpuacct", "pids", "cpuset", "devices", "freezer", "blkio", "systemd",
+];
+
+/// This process's cgroup path for controller `ctrl` (without the leading `/`).
+fn own_cgroup(ctrl: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let name = if ctrl == "systemd" {
+            "name=systemd"
+        } else {
+            ctrl
+        };
+        ctrls
+            .split(',')
+            .any(|c| c == name)
+            .then(|| path.trim_start_matches('/').to_string())
+    })
+}
+
+/// The directory of controller `ctrl` for instance `id`, if it exists.
+fn dir(ctrl: &str, id: &str) -> Option<PathBuf> {
+    let root = Path::new(CGROUP_ROOT).join(ctrl);
+    let under_own = own_cgroup(ctrl)
+        .filter(|o| !o.is_empty())
+        .map(|o| root.join(o));
+    [under_own, Some(root.clone())]
+        .into_iter()
+        .flatten()
+        .map(|base| base.join("pandastack").join(id))
+        .find(|p| p.exists())
+}
 
 fn read_u64(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// RSS (memory.stat `total_rss`, falling back to `memory.usage_in_bytes`) and CPU time
-/// (cpuacct.usage, ns) of cgroup `pandastack/<id>`. Missing files read as zero.
+/// (cpuacct.usage, ns) of the instance's cgroups. Missing files read as zero.
 pub fn stats(id: &str) -> InstanceStats {
-    let mem_dir = Path::new(CGROUP_ROOT).join("memory/pandastack").join(id);
-    let rss = std::fs::read_to_string(mem_dir.join("memory.stat"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("total_rss ")
-                    .and_then(|v| v.trim().parse().ok())
-            })
-        });
-    let memory_bytes = rss
-        .or_else(|| read_u64(&mem_dir.join("memory.usage_in_bytes")))
+    let memory_bytes = dir("memory", id)
+        .and_then(|d| {
+            let rss = std::fs::read_to_string(d.join("memory.stat"))
+                .ok()
+                .and_then(|s| {
+                    s.lines().find_map(|l| {
+                        l.strip_prefix("total_rss ")
+                            .and_then(|v| v.trim().parse().ok())
+                    })
+                });
+            rss.or_else(|| read_u64(&d.join("memory.usage_in_bytes")))
+        })
         .unwrap_or(0);
-    let cpu_ns = read_u64(
-        &Path::new(CGROUP_ROOT)
-            .join("cpuacct/pandastack")
-            .join(id)
-            .join("cpuacct.usage"),
-    )
-    .unwrap_or(0);
+    let cpu_ns = dir("cpuacct", id)
+        .and_then(|d| read_u64(&d.join("cpuacct.usage")))
+        .unwrap_or(0);
     InstanceStats {
         memory_bytes,
         cpu_ns,
@@ -40,14 +76,14 @@ pub fn stats(id: &str) -> InstanceStats {
 /// Removes the instance's cgroup directories that runsc left behind (they are empty once its
 /// processes are gone; rmdir of a busy one fails harmlessly).
 pub fn remove(id: &str) {
-    for ctrl in [
-        "memory", "cpu", "cpuacct", "pids", "cpuset", "devices", "freezer", "blkio", "systemd",
-    ] {
-        let _ = std::fs::remove_dir(
-            Path::new(CGROUP_ROOT)
-                .join(ctrl)
-                .join("pandastack")
-                .join(id),
-        );
+    for ctrl in CONTROLLERS {
+        if let Some(d) = dir(ctrl, id) {
+            let _ = std::fs::remove_dir(d);
+        }
     }
+}
+
+/// True when any controller still has a directory for `id` (for tests and leak checks).
+pub fn exists(id: &str) -> bool {
+    CONTROLLERS.iter().any(|c| dir(c, id).is_some())
 }

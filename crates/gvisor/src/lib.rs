@@ -20,4 +20,5 @@ mod engine;
 mod runsc;
 pub mod shim;
 
+pub use cgroup::exists as cgroup_exists;
 pub use engine::{GvisorConfig, GvisorEngine};

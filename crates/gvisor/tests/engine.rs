@@ -118,6 +118,8 @@ async fn boot_checkpoint_restore_pause_destroy() {
         "sh -c 'echo hello > /root/marker; cat /root/marker'",
     );
     assert_eq!((out.as_str(), code), ("hello\n", 0));
+    let stats = engine.stats(&a.instance_id).await.unwrap();
+    assert!(stats.memory_bytes > 0 && stats.cpu_ns > 0, "no cgroup readings: {stats:?}");
     assert_eq!(
         engine.status(&a.instance_id).await.unwrap(),
         InstanceStatus::Running
@@ -167,9 +169,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
             InstanceStatus::Missing
         );
         assert!(
-            !Path::new("/sys/fs/cgroup/memory/pandastack")
-                .join(&s.instance_id)
-                .exists(),
+            !pandastack_gvisor::cgroup_exists(&s.instance_id),
             "cgroup left behind"
         );
     }

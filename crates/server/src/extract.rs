@@ -50,7 +50,9 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // serde would accept a JSON array for a struct (`["base"]` as a create body): every body
     // of this API is an object.
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(ApiError::BadRequest("malformed JSON body: expected a JSON object".into()));
+        return Err(ApiError::BadRequest(
+            "malformed JSON body: expected a JSON object".into(),
+        ));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
