@@ -119,7 +119,10 @@ async fn boot_checkpoint_restore_pause_destroy() {
     );
     assert_eq!((out.as_str(), code), ("hello\n", 0));
     let stats = engine.stats(&a.instance_id).await.unwrap();
-    assert!(stats.memory_bytes > 0 && stats.cpu_ns > 0, "no cgroup readings: {stats:?}");
+    assert!(
+        stats.memory_bytes > 0 && stats.cpu_ns > 0,
+        "no cgroup readings: {stats:?}"
+    );
     assert_eq!(
         engine.status(&a.instance_id).await.unwrap(),
         InstanceStatus::Running

@@ -131,7 +131,9 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     host.prepare_template_images();
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
     info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "pandastack server listening");
-    axum::serve(listener, app(AppState { host })).tcp_nodelay(true).await?;
+    axum::serve(listener, app(AppState { host }))
+        .tcp_nodelay(true)
+        .await?;
     Ok(())
 }
 
