@@ -83,6 +83,32 @@ pub fn remove(id: &str) {
     }
 }
 
+/// Sets the instance's freezer cgroup to `FROZEN` (or `THAWED`) and waits until the kernel
+/// reports that state. Returns `Ok(false)` when the instance has no freezer cgroup.
+///
+/// # Errors
+/// I/O errors writing the state, or `TimedOut` when it does not settle within 2 s.
+pub fn freeze(id: &str, frozen: bool) -> std::io::Result<bool> {
+    let Some(d) = dir("freezer", id) else {
+        return Ok(false);
+    };
+    let want = if frozen { "FROZEN" } else { "THAWED" };
+    std::fs::write(d.join("freezer.state"), want)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        if std::fs::read_to_string(d.join("freezer.state"))?.trim() == want {
+            return Ok(true);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("freezer did not reach {want}"),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// True when any controller still has a directory for `id` (for tests and leak checks).
 pub fn exists(id: &str) -> bool {
     CONTROLLERS.iter().any(|c| dir(c, id).is_some())

@@ -212,21 +212,44 @@ impl Engine for GvisorEngine {
         self.runsc.call("checkpoint", id, &args).await.map(|_| ())
     }
 
+    /// Freezes the instance's cgroup (every host task of the sandbox stops being scheduled;
+    /// ~1 ms instead of ~20 ms for the `runsc pause` process). Instances without a freezer
+    /// cgroup are paused with `runsc pause`.
     async fn pause(&self, id: &str) -> Result<(), EngineError> {
-        self.runsc
-            .call("pause", id, &["pause", id])
-            .await
-            .map(|_| ())
+        match cgroup::freeze(id, true) {
+            Ok(true) => Ok(()),
+            Ok(false) => self
+                .runsc
+                .call("pause", id, &["pause", id])
+                .await
+                .map(|_| ()),
+            Err(e) => Err(EngineError::Failed {
+                op: "pause",
+                id: id.into(),
+                detail: e.to_string(),
+            }),
+        }
     }
 
     async fn resume(&self, id: &str) -> Result<(), EngineError> {
-        self.runsc
-            .call("resume", id, &["resume", id])
-            .await
-            .map(|_| ())
+        match cgroup::freeze(id, false) {
+            Ok(true) => Ok(()),
+            Ok(false) => self
+                .runsc
+                .call("resume", id, &["resume", id])
+                .await
+                .map(|_| ()),
+            Err(e) => Err(EngineError::Failed {
+                op: "resume",
+                id: id.into(),
+                detail: e.to_string(),
+            }),
+        }
     }
 
     async fn destroy(&self, id: &str, dir: &Path) -> Result<(), EngineError> {
+        // Frozen tasks cannot die: thaw a paused instance before killing it.
+        let _ = cgroup::freeze(id, false);
         if let Err(e) = self
             .runsc
             .call("delete", id, &["delete", "--force", id])

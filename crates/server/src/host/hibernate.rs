@@ -21,13 +21,6 @@ impl Host {
         let iid = self
             .running_instance(live, SandboxState::Hibernated)
             .await?;
-        let was_paused = live.row.lock().await.status == SandboxState::Paused.as_str();
-        if was_paused {
-            self.engine
-                .resume(&iid)
-                .await
-                .map_err(|e| ApiError::internal("resume before hibernate", e))?;
-        }
         let image = self.cfg.data_dir.join("hibernate").join(&live.id);
         let _ = std::fs::remove_dir_all(&image);
         if let Err(e) = self.capture(live, &image, false).await {
@@ -43,11 +36,17 @@ impl Host {
             return Err(e);
         }
         live.drop_conn().await;
+        // The stopped container takes runsc ~2 s to tear down (notes pitfall 6): do it in the
+        // background; the sandbox is hibernated as soon as its image is written.
         let dir = live.row.lock().await.instance_dir.clone();
         if let Some(dir) = dir {
-            if let Err(e) = self.engine.destroy(&iid, Path::new(&dir)).await {
-                warn!(sandbox_id = %live.id, error = %e, "removing hibernated instance");
-            }
+            let engine = self.engine.clone();
+            let (sandbox_id, iid) = (live.id.clone(), iid.clone());
+            tokio::spawn(async move {
+                if let Err(e) = engine.destroy(&iid, Path::new(&dir)).await {
+                    warn!(sandbox_id = %sandbox_id, error = %e, "removing hibernated instance");
+                }
+            });
         }
         {
             let mut r = live.row.lock().await;

@@ -53,6 +53,14 @@ impl Host {
                 .clone()
                 .ok_or_else(|| ApiError::Conflict("sandbox has no instance".into()))?
         };
+        let paused = live.row.lock().await.status == SandboxState::Paused.as_str();
+        if paused {
+            // A frozen sandbox cannot be checkpointed: thaw it for the capture.
+            self.engine
+                .resume(&iid)
+                .await
+                .map_err(|e| ApiError::internal("resume", e))?;
+        }
         let conn = live.guest().await?;
         let kernels = match conn.call(HostMsg::KernelList { id: conn.new_id() }).await? {
             (GuestMsg::Kernels { kernels, .. }, _) => {
@@ -60,7 +68,14 @@ impl Host {
             }
             _ => serde_json::Value::Array(Vec::new()),
         };
-        if let Err(e) = self.engine.checkpoint(&iid, image, leave_running).await {
+        let result = self.engine.checkpoint(&iid, image, leave_running).await;
+        if paused && leave_running {
+            self.engine
+                .pause(&iid)
+                .await
+                .map_err(|e| ApiError::internal("pause", e))?;
+        }
+        if let Err(e) = result {
             let _ = std::fs::remove_dir_all(image);
             return Err(ApiError::internal("checkpoint", e));
         }
