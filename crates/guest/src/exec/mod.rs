@@ -8,6 +8,7 @@ pub mod command_line;
 mod run;
 pub mod spawn;
 mod vfork;
+pub mod warm;
 
 use crate::dispatch::Ctx;
 use crate::error::OpError;
@@ -32,6 +33,8 @@ pub struct Request {
 #[derive(Default)]
 pub struct Execs {
     groups: Mutex<HashMap<RequestId, i32>>,
+    /// The next shell exec's bash, started ahead ([`warm`]).
+    pub warm: Mutex<Option<warm::WarmShell>>,
 }
 
 impl Execs {

@@ -6,7 +6,8 @@
 //! the worker waits at most [`PIPE_GRACE_MS`] more for them. At `timeout_ms` the whole process
 //! group is killed and the exec reports `timed_out`.
 
-use super::spawn::{spawn, Child, Spawned};
+use super::command_line::{plan, Plan};
+use super::spawn::{context, prewarm, spawn, Child, Spawned};
 use super::{kill_group, Request};
 use crate::dispatch::Ctx;
 use crate::error::OpError;
@@ -44,6 +45,7 @@ pub fn start(ctx: &Ctx, id: RequestId, req: Request) -> Result<(), OpError> {
     };
     let child = match spawn(
         &ctx.reaper,
+        &ctx.execs.warm,
         &ctx.config.env,
         &ctx.config.cwd,
         &req,
@@ -70,6 +72,7 @@ pub fn start(ctx: &Ctx, id: RequestId, req: Request) -> Result<(), OpError> {
     };
     drop(note_w);
     let pgid = child.pid;
+    let uses_shell = matches!(plan(&req.cmd), Plan::Shell);
     ctx.execs.insert(id, pgid);
     let c = ctx.clone();
     let deadline = req.timeout_ms.map(|ms| started + Duration::from_millis(ms));
@@ -84,6 +87,11 @@ pub fn start(ctx: &Ctx, id: RequestId, req: Request) -> Result<(), OpError> {
             timed_out,
             duration_ms,
         });
+        // Start the next shell exec's bash now, off the reply path (see `warm`).
+        if uses_shell {
+            let (env, cwd) = context(&c.config.env, &c.config.cwd, &req);
+            prewarm(&c.reaper, &c.execs.warm, &env, &cwd);
+        }
     });
     if let Err(e) = worker {
         kill_group(pgid);

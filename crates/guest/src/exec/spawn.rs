@@ -4,14 +4,16 @@
 
 use super::command_line::{plan, Plan};
 use super::vfork::{self, Prepared};
+use super::warm::{self, ExitSlot, WarmShell};
 use super::Request;
 use crate::error::OpError;
 use crate::reaper::{OnExit, Reaper};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// A started process: its pid (= process group id) and the read ends of its output pipes.
 pub struct Child {
@@ -36,15 +38,13 @@ pub enum Spawned {
 /// `NotFound` when the working directory does not exist, `Io` when the process cannot start.
 pub fn spawn(
     reaper: &Reaper,
+    warm: &Mutex<Option<WarmShell>>,
     base_env: &BTreeMap<String, String>,
     default_cwd: &Path,
     req: &Request,
     on_exit: &dyn Fn() -> OnExit,
 ) -> Result<Spawned, OpError> {
-    let cwd = match &req.cwd {
-        Some(dir) => default_cwd.join(dir),
-        None => default_cwd.to_path_buf(),
-    };
+    let (env, cwd) = context(base_env, default_cwd, req);
     if !cwd.is_dir() {
         let msg = format!("working directory {} does not exist", cwd.display());
         return Err(OpError::new(
@@ -52,17 +52,15 @@ pub fn spawn(
             msg,
         ));
     }
-    let mut env = base_env.clone();
-    env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let words = match plan(&req.cmd) {
         Plan::Direct(words) => words,
-        Plan::Shell => return shell(reaper, &env, &cwd, req, on_exit),
+        Plan::Shell => return shell(reaper, warm, &env, &cwd, req, on_exit),
     };
     let program = resolve(&words[0], env.get("PATH"));
-    match start(reaper, &program, &words, &env, &cwd, on_exit()) {
+    match start(reaper, &program, &words, &env, &cwd, None, on_exit()) {
         Ok(child) => Ok(Spawned::Running(child)),
         Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
-            shell(reaper, &env, &cwd, req, on_exit)
+            shell(reaper, warm, &env, &cwd, req, on_exit)
         }
         Err(e) => Ok(bash_like_failure(&words[0], &e)),
     }
@@ -70,20 +68,92 @@ pub fn spawn(
 
 fn shell(
     reaper: &Reaper,
+    warm: &Mutex<Option<WarmShell>>,
     env: &BTreeMap<String, String>,
     cwd: &Path,
     req: &Request,
     on_exit: &dyn Fn() -> OnExit,
 ) -> Result<Spawned, OpError> {
-    let shell = if Path::new("/bin/bash").exists() {
+    let key = (env.clone(), cwd.to_path_buf());
+    let ready = lock(warm).take().filter(|w| w.key == key);
+    if let Some(child) = ready.and_then(|w| w.claim(&req.cmd, on_exit())) {
+        return Ok(Spawned::Running(child));
+    }
+    let shell = shell_path();
+    let argv = [shell.to_string(), "-c".to_string(), req.cmd.clone()];
+    start(reaper, shell, &argv, env, cwd, None, on_exit())
+        .map(Spawned::Running)
+        .map_err(|e| OpError::io(shell, &e))
+}
+
+fn shell_path() -> &'static str {
+    if Path::new("/bin/bash").exists() {
         "/bin/bash"
     } else {
         "/bin/sh"
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts the next warm shell for `env` and `cwd` (see [`super::warm`]) unless one is waiting.
+pub fn prewarm(
+    reaper: &Reaper,
+    warm: &Mutex<Option<WarmShell>>,
+    env: &BTreeMap<String, String>,
+    cwd: &Path,
+) {
+    if lock(warm).is_some() || shell_path() != "/bin/bash" {
+        return;
+    }
+    let started = (|| -> io::Result<WarmShell> {
+        let (command_r, command_in) = pipe()?;
+        let slot = Arc::new(ExitSlot::default());
+        let argv = [
+            "bash".to_string(),
+            "--norc".into(),
+            "--noprofile".into(),
+            "-c".into(),
+            warm::SCRIPT.into(),
+        ];
+        let child = start(
+            reaper,
+            "/bin/bash",
+            &argv,
+            env,
+            cwd,
+            Some(command_r.as_raw_fd()),
+            slot.forwarder(),
+        )?;
+        drop(command_r);
+        Ok(WarmShell {
+            key: (env.clone(), cwd.to_path_buf()),
+            child,
+            command_in: File::from(command_in),
+            slot,
+        })
+    })();
+    match started {
+        Ok(w) => *lock(warm) = Some(w),
+        Err(e) => glog!("cannot start a warm shell: {e}"),
+    }
+}
+
+/// The merged environment and resolved working directory of `req` (the warm shell's key).
+pub fn context(
+    base_env: &BTreeMap<String, String>,
+    default_cwd: &Path,
+    req: &Request,
+) -> (BTreeMap<String, String>, std::path::PathBuf) {
+    let mut env = base_env.clone();
+    env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let cwd = match &req.cwd {
+        Some(dir) => default_cwd.join(dir),
+        None => default_cwd.to_path_buf(),
     };
-    let argv = [shell.to_string(), "-c".to_string(), req.cmd.clone()];
-    start(reaper, shell, &argv, env, cwd, on_exit())
-        .map(Spawned::Running)
-        .map_err(|e| OpError::io(shell, &e))
+    (env, cwd)
 }
 
 fn pipe() -> io::Result<(File, OwnedFd)> {
@@ -102,11 +172,13 @@ fn start(
     argv: &[String],
     env: &BTreeMap<String, String>,
     cwd: &Path,
+    stdin: Option<RawFd>,
     on_exit: OnExit,
 ) -> io::Result<Child> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let devnull = File::open("/dev/null")?;
+    let stdin = stdin.unwrap_or(devnull.as_raw_fd());
     let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let cwd = cwd.to_str().ok_or_else(|| {
         io::Error::new(
@@ -119,7 +191,7 @@ fn start(
         argv,
         &env,
         cwd,
-        [devnull.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+        [stdin, out_w.as_raw_fd(), err_w.as_raw_fd()],
     )?;
     let pid = reaper.spawn_with(|| vfork::spawn(&mut prepared), on_exit)?;
     // The write ends now belong to the child; ours close here so the pipes end with it.
