@@ -14,7 +14,14 @@ command -v cc >/dev/null || need+=(build-essential)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
+    # Backports from the same mirror the machine already uses for bookworm.
+    mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+    if [ -z "$mirror" ]; then
+      echo "setup: no bookworm apt source found to add bookworm-backports from" >&2
+      exit 1
+    fi
+    echo "deb $mirror bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
   fi
   apt-get update -qq
   export DEBIAN_FRONTEND=noninteractive

@@ -1,7 +1,7 @@
 //! The production [`Builder`]: Debian bookworm via `mmdebstrap --variant=minbase`.
 //!
 //! One mmdebstrap run per bake, as root in mode `unshare` (a private mount
-//! namespace): packages from [`MIRROR`], then the customize hooks (wheels
+//! namespace): packages from Debian's archive (see [`crate::MIRROR`]), then the customize hooks (wheels
 //! first, then [`FINISH_HOOK`]), then mmdebstrap's own cleanup, which drops the
 //! apt lists and package cache. Pinned wheels are downloaded on the host first
 //! (see [`wheels`](crate::wheels)) and staged in the build's work directory.
@@ -15,7 +15,7 @@ use crate::builder::Builder;
 use crate::command::run_streamed;
 use crate::error::{BakeError, BakeStep};
 use crate::recipe::{
-    Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, MODE, SUITE, VARIANT, WHEELS_HOOK,
+    Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MODE, SUITE, VARIANT, WHEELS_HOOK,
 };
 use crate::{verify, wheels};
 
@@ -86,7 +86,6 @@ impl Builder for MmdebstrapBuilder {
         cmd.arg(hook_arg(&finish))
             .arg(SUITE)
             .arg(rootfs)
-            .arg(MIRROR)
             // Host locale settings would only produce perl warnings in the chroot.
             .env("LC_ALL", "C.UTF-8");
         log(&format!(

@@ -25,8 +25,9 @@ pub const VARIANT: &str = "minbase";
 /// mmdebstrap `--mode`: `unshare` run as root (private mount namespace).
 pub const MODE: &str = "unshare";
 
-/// Debian mirror passed to mmdebstrap.
-pub const MIRROR: &str = "http://deb.debian.org/debian";
+/// Which Debian mirror the bake uses: none is passed, so mmdebstrap takes its default archive
+/// and, for a stable suite, adds the matching updates and security suites.
+pub const MIRROR: &str = "mmdebstrap-default+updates+security";
 
 /// Debian architecture of the rootfs; it must match the host (no emulation).
 pub const ARCH: &str = "amd64";

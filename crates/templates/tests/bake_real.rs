@@ -1,5 +1,5 @@
 //! Real bakes with mmdebstrap. They need root, `mmdebstrap`, `chroot` and
-//! network access to deb.debian.org (and PyPI for code-interpreter), and take
+//! network access to Debian's archive (and PyPI for code-interpreter), and take
 //! about a minute each, so they are ignored by default:
 //!
 //! ```text

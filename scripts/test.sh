@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# Runs every test of PandaStack on this host (root, Debian bookworm): setup, release build,
+# template bakes, fmt + clippy + cargo test, then the end-to-end suites that drive the real
+# server binary and real gVisor sandboxes through the published SDKs (PyPI pandastack==0.10.0,
+# npm @pandastack/sdk@0.9.0).
+#
+#   scripts/test.sh
+#
+# Everything heavy is cached under PANDASTACK_TEST_DATA_DIR (default /var/lib/pandastack-ci),
+# outside the git tree, so a second run on the same machine is warm: the cargo target dir
+# (CARGO_TARGET_DIR), baked templates (the server data dir "$DATA/server"), the Python venv and
+# the npm cache. Each phase prints its wall time; a failed phase does not stop independent
+# later ones, and the script exits non-zero if any phase failed. On exit, a trap stops the
+# test servers and destroys every sandbox they left, touching only processes whose command line
+# names this data dir (other PandaStack servers on the machine are left alone).
+#
+# Every background process gets stdin from /dev/null and stdout/stderr in a log file under
+# "$DATA/logs/": a process that inherited the caller's stdout would keep CI waiting forever.
+set -uo pipefail
+exec </dev/null
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+DATA=${PANDASTACK_TEST_DATA_DIR:-/var/lib/pandastack-ci}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$DATA/target}
+DIST=$DATA/dist
+SERVER_DATA=$DATA/server
+VENV=$DATA/venv
+RUN=$DATA/run
+LOGS=$DATA/logs/$(date -u +%Y%m%dT%H%M%SZ)
+# The guest's kernel tests chroot into this path (crates/guest/tests/common/mod.rs).
+GUEST_CI_ROOTFS=/var/lib/pandastack-try/ci-rootfs
+
+mkdir -p "$DATA" "$LOGS"
+rm -rf "$RUN" && mkdir -p "$RUN"
+export PANDASTACK_TEST_BIN=$DIST/pandastack
+export PANDASTACK_TEST_SERVER_DATA=$SERVER_DATA
+export PANDASTACK_TEST_RUN_DIR=$RUN
+export PANDASTACK_TEST_LOG_DIR=$LOGS
+export ROOT DATA DIST SERVER_DATA VENV RUN LOGS GUEST_CI_ROOTFS
+
+T0=$(date +%s)
+FAILED=()
+SUMMARY=()
+
+# phase NAME TIMEOUT CMD...: runs CMD under `timeout`, prints and records its wall time.
+phase() {
+  local name=$1 limit=$2 start rc
+  shift 2
+  echo
+  echo "=== phase $name (limit $limit) ==="
+  start=$(date +%s)
+  # `bash -c` so that CMD may be one of the exported functions below.
+  timeout --kill-after=30 "$limit" bash -c '"$@"' phase "$@"
+  rc=$?
+  local took=$(($(date +%s) - start))
+  if [ $rc -eq 0 ]; then
+    SUMMARY+=("$(printf '%-12s %5ss  ok' "$name" "$took")")
+  else
+    [ $rc -eq 124 ] && echo "phase $name: timed out after $limit"
+    SUMMARY+=("$(printf '%-12s %5ss  FAILED (exit %s)' "$name" "$took" "$rc")")
+    FAILED+=("$name")
+  fi
+  echo "=== phase $name: exit $rc in ${took}s ==="
+  return $rc
+}
+
+skip() {
+  SUMMARY+=("$(printf '%-12s %5s   SKIPPED (%s)' "$1" - "$2")")
+  FAILED+=("$1")
+  echo "=== phase $1: not run: $2 ==="
+}
+
+# PIDs of pandastack / runsc processes whose command line names directory $1.
+scoped_pids() {
+  local dir=$1 p cmd exe
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" = "$$" ] && continue
+    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+    case "$cmd " in *"$dir/"* | *"$dir "* | *"=$dir "*) ;; *) continue ;; esac
+    exe=${cmd%% *}
+    exe=${exe##*/}
+    case "$exe" in pandastack | runsc | runsc-*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+# PIDs of processes whose root directory is $1 (guest daemons left by the chroot tests).
+rooted_pids() {
+  local dir p
+  dir=$(realpath -m "$1")
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/root" 2>/dev/null)" = "$dir" ] && echo "${p#/proc/}"
+  done
+}
+
+kill_pids() {
+  local sig=$1 pids
+  shift
+  pids=$(echo "$@" | xargs)
+  [ -n "$pids" ] && kill "-$sig" $pids 2>/dev/null
+  return 0
+}
+
+# Server for the TypeScript suite (pytest starts and stops its own in tests/e2e/conftest.py).
+# Whichever test server is up writes its pid and URL to "$RUN/server.pid" and "$RUN/server.url".
+start_ts_server() {
+  local port url
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  url=http://127.0.0.1:$port
+  setsid "$PANDASTACK_TEST_BIN" server --listen "127.0.0.1:$port" --data-dir "$SERVER_DATA" \
+    </dev/null >>"$LOGS/server-ts.log" 2>&1 &
+  TS_SERVER_PID=$!
+  echo "$TS_SERVER_PID" >"$RUN/server.pid"
+  echo "$url" >"$RUN/server.url"
+  for _ in $(seq 1 120); do
+    if curl -fsS -m 2 "$url/health" >/dev/null 2>&1; then
+      export PANDASTACK_API=$url
+      export PANDASTACK_API_KEY
+      PANDASTACK_API_KEY=$(sed -n 's/^export PANDASTACK_API_KEY=//p' "$SERVER_DATA/admin.env")
+      echo "ts server: $url (pid $TS_SERVER_PID, log $LOGS/server-ts.log)"
+      return 0
+    fi
+    kill -0 "$TS_SERVER_PID" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "ts server did not come up; last log lines:" >&2
+  tail -20 "$LOGS/server-ts.log" >&2
+  return 1
+}
+
+stop_ts_server() {
+  [ -n "${TS_SERVER_PID:-}" ] || return 0
+  sweep_sandboxes
+  kill -TERM "$TS_SERVER_PID" 2>/dev/null
+  for _ in $(seq 1 30); do kill -0 "$TS_SERVER_PID" 2>/dev/null || break; sleep 0.5; done
+  kill -KILL "$TS_SERVER_PID" 2>/dev/null
+  wait "$TS_SERVER_PID" 2>/dev/null
+  TS_SERVER_PID=
+}
+
+# Deletes, through the API of whichever test server is up, every sandbox of every workspace
+# whose key the tests recorded.
+sweep_sandboxes() {
+  [ -s "$RUN/server.url" ] || return 0
+  timeout 300 python3 "$ROOT/tests/e2e/sweep.py" --url "$(cat "$RUN/server.url")" \
+    --keys "$RUN/keys" --admin-env "$SERVER_DATA/admin.env" || true
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  echo
+  echo "=== cleanup ==="
+  # A server pytest left behind (killed by a timeout): sweep through it, then stop it.
+  if [ -s "$RUN/server.pid" ] && kill -0 "$(cat "$RUN/server.pid")" 2>/dev/null; then
+    sweep_sandboxes
+  fi
+  local left
+  left=$(scoped_pids "$SERVER_DATA")
+  if [ -n "$left" ]; then
+    echo "cleanup: stopping leftover processes of $SERVER_DATA: $(echo $left)"
+    kill_pids TERM $left
+    sleep 2
+    kill_pids KILL $(scoped_pids "$SERVER_DATA")
+  fi
+  if [ -d "$SERVER_DATA/runsc" ] && command -v runsc >/dev/null; then
+    for c in $(runsc --root="$SERVER_DATA/runsc" list -quiet 2>/dev/null); do
+      echo "cleanup: deleting leftover runsc container $c"
+      timeout 30 runsc --root="$SERVER_DATA/runsc" delete -force "$c" >/dev/null 2>&1
+      # With its container gone the next server start cannot tell it from a live orphan.
+      case "$c" in ps-*) rm -rf "${SERVER_DATA:?}/instances/$c" ;; esac
+    done
+  fi
+  kill_pids KILL $(rooted_pids "$DATA/ci-rootfs/current")
+  echo "cleanup: done"
+  print_summary
+  if [ ${#FAILED[@]} -gt 0 ] || [ $rc -ne 0 ]; then
+    echo "test.sh: FAILED (${FAILED[*]:-exit $rc}); logs in $LOGS"
+    exit 1
+  fi
+  echo "test.sh: all phases passed; logs in $LOGS"
+  exit 0
+}
+trap cleanup EXIT
+trap 'echo "test.sh: interrupted"; FAILED+=(interrupted); exit 1' INT TERM
+
+print_summary() {
+  echo
+  echo "=== summary (total $(($(date +%s) - T0))s) ==="
+  printf '%s\n' "${SUMMARY[@]}"
+}
+
+# A previous run killed before its trap ran may have left a server on this data dir.
+stale=$(scoped_pids "$SERVER_DATA")
+if [ -n "$stale" ]; then
+  echo "test.sh: stopping processes a previous run left on $SERVER_DATA: $(echo $stale)"
+  kill_pids KILL $stale
+fi
+
+# Points the guest's chroot kernel tests at a private copy of the baked code-interpreter
+# rootfs (they write into it), refreshed whenever the template is re-baked.
+link_guest_ci_rootfs() {
+  local dir=$SERVER_DATA/templates/code-interpreter build src copy
+  # `current` names the current build (a file holding its id; a link in older stores).
+  if [ -L "$dir/current" ]; then build=$(basename "$(realpath "$dir/current")"); else build=$(tr -d '[:space:]' <"$dir/current"); fi
+  src=$dir/$build/rootfs
+  [ -x "$src/usr/bin/python3" ] || { echo "no baked code-interpreter rootfs at $src" >&2; return 1; }
+  copy=$DATA/ci-rootfs/$build
+  if [ ! -x "$copy/usr/bin/python3" ]; then
+    rm -rf "$DATA/ci-rootfs" && mkdir -p "$DATA/ci-rootfs"
+    cp -a "$src" "$copy.partial" && mv "$copy.partial" "$copy" || return 1
+  fi
+  ln -sfn "$copy" "$DATA/ci-rootfs/current"
+  if [ -e "$GUEST_CI_ROOTFS" ] && [ ! -L "$GUEST_CI_ROOTFS" ]; then
+    echo "note: $GUEST_CI_ROOTFS is a directory not made by this script; the guest kernel tests use it as is"
+  else
+    mkdir -p "$(dirname "$GUEST_CI_ROOTFS")"
+    ln -sfn "$copy" "$GUEST_CI_ROOTFS"
+    echo "guest kernel tests: $GUEST_CI_ROOTFS -> $copy"
+  fi
+}
+
+cargo_test() {
+  local started=$SECONDS rc p
+  # Into a file, not a pipe: a guest daemon a test leaks would hold a pipe open forever.
+  cargo test --workspace --no-fail-fast >"$LOGS/cargo-test.log" 2>&1
+  rc=$?
+  cat "$LOGS/cargo-test.log"
+  # Guest daemons the chroot tests left running (only ones started during this phase).
+  for p in $(rooted_pids "$GUEST_CI_ROOTFS"); do
+    [ "$(ps -o etimes= -p "$p" 2>/dev/null | tr -d ' ')" -le $((SECONDS - started + 1)) ] 2>/dev/null &&
+      echo "cargo test: killing leaked guest pid $p" && kill -KILL "$p" 2>/dev/null
+  done
+  # The kernel tests print SKIPPED when they find no rootfs; this script provides one, so a
+  # skip here means the wiring broke and the tests proved nothing.
+  if grep -q '^SKIPPED:' "$LOGS/cargo-test.log"; then
+    echo "cargo test: some tests were skipped:" && grep '^SKIPPED:' "$LOGS/cargo-test.log" | sort | uniq -c
+    return 1
+  fi
+  return "$rc"
+}
+
+make_venv() {
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || return 1
+  "$VENV/bin/pip" install -q --disable-pip-version-check \
+    'pandastack==0.10.0' pytest pytest-timeout requests prometheus_client
+}
+
+npm_install() {
+  (cd tests/ts && npm ci --no-audit --no-fund --cache "$DATA/npm-cache" --loglevel=error)
+}
+
+pytest_e2e() {
+  "$VENV/bin/python" -m pytest tests/e2e --timeout=300 -v -rfEs \
+    --junitxml="$LOGS/pytest.xml" -p no:cacheprovider
+}
+
+node_tests() {
+  start_ts_server || return 1
+  echo "$PANDASTACK_API_KEY" >>"$RUN/keys"
+  node --test --test-timeout=300000 tests/ts/
+  local rc=$?
+  stop_ts_server
+  return $rc
+}
+
+export -f scoped_pids rooted_pids kill_pids start_ts_server stop_ts_server sweep_sandboxes \
+  link_guest_ci_rootfs cargo_test make_venv npm_install pytest_e2e node_tests
+
+phase setup 15m bash scripts/setup.sh || exit 1
+phase build 30m bash scripts/build.sh "$DIST" || exit 1
+phase bake 20m "$DIST/pandastack" template-bake base code-interpreter --data-dir "$SERVER_DATA"
+baked=$?
+phase fmt 5m cargo fmt --all -- --check
+phase clippy 20m cargo clippy --workspace --all-targets -- -D warnings
+if [ $baked -eq 0 ] && phase ci-rootfs 10m link_guest_ci_rootfs; then
+  # Not read by the tests yet (they hardcode the path above); for when they take it from env.
+  export PANDASTACK_CI_ROOTFS=$DATA/ci-rootfs/current
+  # The gVisor engine's integration test (crates/gvisor/tests/engine.rs) boots the baked base
+  # rootfs with the built guest and shim.
+  base_dir=$SERVER_DATA/templates/base
+  if [ -L "$base_dir/current" ]; then base_build=$(basename "$(realpath "$base_dir/current")"); else base_build=$(tr -d '[:space:]' <"$base_dir/current"); fi
+  export PANDASTACK_TEST_ROOTFS=$base_dir/$base_build/rootfs
+  export PANDASTACK_TEST_GUEST_DIR=$DIST
+  export PANDASTACK_TEST_SHIM=$DIST/pandastack
+  phase cargo-test 20m cargo_test
+else
+  skip cargo-test "no baked code-interpreter rootfs for the guest kernel tests"
+fi
+phase venv 10m make_venv
+venv_ok=$?
+phase npm 10m npm_install
+npm_ok=$?
+if [ $baked -eq 0 ] && [ $venv_ok -eq 0 ]; then
+  phase e2e-python 30m pytest_e2e
+else
+  skip e2e-python "needs the baked templates and the venv"
+fi
+if [ $baked -eq 0 ] && [ $npm_ok -eq 0 ]; then
+  phase e2e-ts 15m node_tests
+else
+  skip e2e-ts "needs the baked templates and node_modules"
+fi

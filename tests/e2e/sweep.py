@@ -1,0 +1,78 @@
+"""Deletes every sandbox of the given workspaces through a PandaStack server's REST API.
+
+Used by scripts/test.sh's exit trap (stdlib only, so it runs even when the test venv is
+missing) and by the pytest harness. Keys come from --keys (one per line) and --admin-env
+(the `export PANDASTACK_API_KEY=...` file a fresh server writes).
+
+    python3 tests/e2e/sweep.py --url http://127.0.0.1:PORT --keys FILE --admin-env FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def admin_key(admin_env: Path) -> str | None:
+    """The key in an admin.env file, or None when the file is missing."""
+    try:
+        text = admin_env.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("export PANDASTACK_API_KEY="):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
+def _call(url: str, key: str, method: str, path: str, timeout: float) -> object:
+    req = urllib.request.Request(url + path, method=method, headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        body = resp.read()
+    return json.loads(body) if body else None
+
+
+def sweep(url: str, keys: list[str], timeout: float = 60.0) -> list[str]:
+    """Deletes all sandboxes visible to each key; returns the ids it could not delete."""
+    failed: list[str] = []
+    for key in dict.fromkeys(k for k in keys if k):
+        try:
+            listed = _call(url, key, "GET", "/v1/sandboxes", timeout)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            print(f"sweep: listing failed: {e}", file=sys.stderr)
+            continue
+        items = listed.get("items", []) if isinstance(listed, dict) else listed or []
+        for sb in items:
+            try:
+                _call(url, key, "DELETE", f"/v1/sandboxes/{sb['id']}", timeout)
+                print(f"sweep: deleted sandbox {sb['id']}")
+            except urllib.error.HTTPError as e:
+                if e.code != 404:
+                    failed.append(sb["id"])
+                    print(f"sweep: deleting {sb['id']} failed: HTTP {e.code}", file=sys.stderr)
+            except (urllib.error.URLError, OSError) as e:
+                failed.append(sb["id"])
+                print(f"sweep: deleting {sb['id']} failed: {e}", file=sys.stderr)
+    return failed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--keys", type=Path)
+    ap.add_argument("--admin-env", type=Path)
+    a = ap.parse_args()
+    keys = []
+    if a.admin_env:
+        keys.append(admin_key(a.admin_env) or "")
+    if a.keys and a.keys.exists():
+        keys += [line.strip() for line in a.keys.read_text().splitlines()]
+    return 1 if sweep(a.url.rstrip("/"), keys) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
