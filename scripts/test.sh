@@ -28,8 +28,8 @@ SERVER_DATA=$DATA/server
 VENV=$DATA/venv
 RUN=$DATA/run
 LOGS=$DATA/logs/$(date -u +%Y%m%dT%H%M%SZ)
-# The guest's kernel tests chroot into this path (crates/guest/tests/common/mod.rs).
-GUEST_CI_ROOTFS=/var/lib/pandastack-try/ci-rootfs
+# The guest's kernel tests chroot into a private copy of the baked code-interpreter rootfs.
+GUEST_CI_ROOTFS=$DATA/ci-rootfs/current
 
 mkdir -p "$DATA" "$LOGS"
 rm -rf "$RUN" && mkdir -p "$RUN"
@@ -155,22 +155,26 @@ cleanup() {
   if [ -s "$RUN/server.pid" ] && kill -0 "$(cat "$RUN/server.pid")" 2>/dev/null; then
     sweep_sandboxes
   fi
-  local left
-  left=$(scoped_pids "$SERVER_DATA")
+  # Servers of this run (the main one, and any a test started on its own data dir under
+  # $DATA), their shims and their runsc processes; nothing outside $DATA.
+  local left root dir c
+  left=$(scoped_pids "$DATA")
   if [ -n "$left" ]; then
-    echo "cleanup: stopping leftover processes of $SERVER_DATA: $(echo $left)"
+    echo "cleanup: stopping leftover processes under $DATA: $(echo $left)"
     kill_pids TERM $left
     sleep 2
-    kill_pids KILL $(scoped_pids "$SERVER_DATA")
+    kill_pids KILL $(scoped_pids "$DATA")
   fi
-  if [ -d "$SERVER_DATA/runsc" ] && command -v runsc >/dev/null; then
-    for c in $(runsc --root="$SERVER_DATA/runsc" list -quiet 2>/dev/null); do
-      echo "cleanup: deleting leftover runsc container $c"
-      timeout 30 runsc --root="$SERVER_DATA/runsc" delete -force "$c" >/dev/null 2>&1
+  for root in "$DATA"/*/runsc; do
+    [ -d "$root" ] && command -v runsc >/dev/null || continue
+    dir=$(dirname "$root")
+    for c in $(runsc --root="$root" list -quiet 2>/dev/null); do
+      echo "cleanup: deleting leftover runsc container $c of $dir"
+      timeout 30 runsc --root="$root" delete -force "$c" >/dev/null 2>&1
       # With its container gone the next server start cannot tell it from a live orphan.
-      case "$c" in ps-*) rm -rf "${SERVER_DATA:?}/instances/$c" ;; esac
+      case "$c" in ps-*) rm -rf "${dir:?}/instances/$c" ;; esac
     done
-  fi
+  done
   kill_pids KILL $(rooted_pids "$DATA/ci-rootfs/current")
   echo "cleanup: done"
   print_summary
@@ -190,10 +194,10 @@ print_summary() {
   printf '%s\n' "${SUMMARY[@]}"
 }
 
-# A previous run killed before its trap ran may have left a server on this data dir.
-stale=$(scoped_pids "$SERVER_DATA")
+# A previous run killed before its trap ran may have left servers under $DATA.
+stale=$(scoped_pids "$DATA")
 if [ -n "$stale" ]; then
-  echo "test.sh: stopping processes a previous run left on $SERVER_DATA: $(echo $stale)"
+  echo "test.sh: stopping processes a previous run left under $DATA: $(echo $stale)"
   kill_pids KILL $stale
 fi
 
@@ -211,13 +215,7 @@ link_guest_ci_rootfs() {
     cp -a "$src" "$copy.partial" && mv "$copy.partial" "$copy" || return 1
   fi
   ln -sfn "$copy" "$DATA/ci-rootfs/current"
-  if [ -e "$GUEST_CI_ROOTFS" ] && [ ! -L "$GUEST_CI_ROOTFS" ]; then
-    echo "note: $GUEST_CI_ROOTFS is a directory not made by this script; the guest kernel tests use it as is"
-  else
-    mkdir -p "$(dirname "$GUEST_CI_ROOTFS")"
-    ln -sfn "$copy" "$GUEST_CI_ROOTFS"
-    echo "guest kernel tests: $GUEST_CI_ROOTFS -> $copy"
-  fi
+  echo "guest kernel tests: $GUEST_CI_ROOTFS -> $copy"
 }
 
 cargo_test() {
@@ -274,8 +272,9 @@ baked=$?
 phase fmt 5m cargo fmt --all -- --check
 phase clippy 20m cargo clippy --workspace --all-targets -- -D warnings
 if [ $baked -eq 0 ] && phase ci-rootfs 10m link_guest_ci_rootfs; then
-  # Not read by the tests yet (they hardcode the path above); for when they take it from env.
+  # The guest's kernel tests chroot into this copy; sandbox tests missing a prerequisite fail.
   export PANDASTACK_CI_ROOTFS=$DATA/ci-rootfs/current
+  export PANDASTACK_REQUIRE_SANDBOX_TESTS=1
   # The gVisor engine's integration test (crates/gvisor/tests/engine.rs) boots the baked base
   # rootfs with the built guest and shim.
   base_dir=$SERVER_DATA/templates/base

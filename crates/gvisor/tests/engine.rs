@@ -6,7 +6,8 @@
 //! `PANDASTACK_TEST_ROOTFS` (e.g. `<data>/templates/base/<build>/rootfs`) and
 //! `PANDASTACK_TEST_GUEST_DIR` (a directory with `pandastack-guest` and `kernel.py`), and the
 //! shim command as `PANDASTACK_TEST_SHIM` (path of a built `pandastack` binary). scripts/test.sh
-//! sets them. Without them the test prints `SKIPPED:` (test.sh reports those) and returns.
+//! sets them. Without them the test prints `SKIPPED:` and returns, unless
+//! `PANDASTACK_REQUIRE_SANDBOX_TESTS=1` (test.sh sets it), where that is a failure.
 
 use pandastack_engine::{instance_id_from, Engine, InstanceStatus, SandboxSpec};
 use pandastack_guest_protocol::{
@@ -85,7 +86,11 @@ async fn boot_checkpoint_restore_pause_destroy() {
         env_path("PANDASTACK_TEST_GUEST_DIR"),
         env_path("PANDASTACK_TEST_SHIM"),
     ) else {
-        println!("SKIPPED: engine test needs PANDASTACK_TEST_ROOTFS, PANDASTACK_TEST_GUEST_DIR, PANDASTACK_TEST_SHIM");
+        let why = "engine test needs PANDASTACK_TEST_ROOTFS, PANDASTACK_TEST_GUEST_DIR, PANDASTACK_TEST_SHIM";
+        if std::env::var("PANDASTACK_REQUIRE_SANDBOX_TESTS").as_deref() == Ok("1") {
+            panic!("{why}");
+        }
+        println!("SKIPPED: {why}");
         return;
     };
     let work = std::env::temp_dir().join(format!("pandastack-engine-test-{}", std::process::id()));
