@@ -3,7 +3,6 @@
 //! the numbers under gVisor come from `scripts/bench.py` against a server.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use common::{exec_result, Guest};
