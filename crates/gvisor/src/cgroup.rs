@@ -109,6 +109,13 @@ pub fn freeze(id: &str, frozen: bool) -> std::io::Result<bool> {
     }
 }
 
+/// True when the instance's freezer cgroup says `FROZEN` (or `FREEZING`).
+pub fn is_frozen(id: &str) -> bool {
+    dir("freezer", id)
+        .and_then(|d| std::fs::read_to_string(d.join("freezer.state")).ok())
+        .is_some_and(|s| s.trim() != "THAWED")
+}
+
 /// True when any controller still has a directory for `id` (for tests and leak checks).
 pub fn exists(id: &str) -> bool {
     CONTROLLERS.iter().any(|c| dir(c, id).is_some())

@@ -276,6 +276,10 @@ impl Engine for GvisorEngine {
     }
 
     async fn status(&self, id: &str) -> Result<InstanceStatus, EngineError> {
+        // `runsc state` asks the sandbox itself, which cannot answer while frozen.
+        if cgroup::is_frozen(id) {
+            return Ok(InstanceStatus::Paused);
+        }
         match self.runsc.call("state", id, &["state", id]).await {
             Ok(out) => {
                 let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();

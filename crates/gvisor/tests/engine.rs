@@ -103,8 +103,17 @@ async fn boot_checkpoint_restore_pause_destroy() {
         shim_command: vec![shim.display().to_string(), "shim".into()],
     })
     .unwrap();
+    // Ids unique to this run: a killed earlier run may have left cgroups behind (frozen ones
+    // would freeze a new container that reused their path).
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let spec = |n: u8| {
-        let id = instance_id_from([n; 16]);
+        let mut bytes = [n; 16];
+        bytes[..12]
+            .copy_from_slice(&(nonce as u128 ^ u128::from(std::process::id())).to_be_bytes()[4..]);
+        let id = instance_id_from(bytes);
         SandboxSpec {
             dir: work.join(&id),
             instance_id: id,
