@@ -32,6 +32,12 @@ LOGS=$DATA/logs/$(date -u +%Y%m%dT%H%M%SZ)
 GUEST_CI_ROOTFS=$DATA/ci-rootfs/current
 
 mkdir -p "$DATA" "$LOGS"
+# One run per data dir at a time: a second one would share (and clean up) the first's servers.
+exec 9>"$DATA/.test.lock"
+if ! flock -n 9; then
+  echo "test.sh: another run is using $DATA; waiting for it (set PANDASTACK_TEST_DATA_DIR to run beside it)"
+  flock -w 2400 9 || { echo "test.sh: gave up waiting for $DATA" >&2; exit 1; }
+fi
 rm -rf "$RUN" && mkdir -p "$RUN"
 export PANDASTACK_TEST_BIN=$DIST/pandastack
 export PANDASTACK_TEST_SERVER_DATA=$SERVER_DATA
@@ -51,7 +57,8 @@ phase() {
   echo "=== phase $name (limit $limit) ==="
   start=$(date +%s)
   # `bash -c` so that CMD may be one of the exported functions below.
-  timeout --kill-after=30 "$limit" bash -c '"$@"' phase "$@"
+  # fd 9 (the run lock) stays with this shell: a process a phase leaks must not hold it.
+  timeout --kill-after=30 "$limit" bash -c '"$@"' phase "$@" 9>&-
   rc=$?
   local took=$(($(date +%s) - start))
   if [ $rc -eq 0 ]; then

@@ -111,8 +111,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
         .as_nanos();
     let spec = |n: u8| {
         let mut bytes = [n; 16];
-        bytes[..12]
-            .copy_from_slice(&(nonce as u128 ^ u128::from(std::process::id())).to_be_bytes()[4..]);
+        bytes[..12].copy_from_slice(&(nonce ^ u128::from(std::process::id())).to_be_bytes()[4..]);
         let id = instance_id_from(bytes);
         SandboxSpec {
             dir: work.join(&id),
