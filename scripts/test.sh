@@ -28,8 +28,6 @@ SERVER_DATA=$DATA/server
 VENV=$DATA/venv
 RUN=$DATA/run
 LOGS=$DATA/logs/$(date -u +%Y%m%dT%H%M%SZ)
-# The guest's kernel tests chroot into a private copy of the baked code-interpreter rootfs.
-GUEST_CI_ROOTFS=$DATA/ci-rootfs/current
 
 mkdir -p "$DATA" "$LOGS"
 # One run per data dir at a time: a second one would share (and clean up) the first's servers.
@@ -43,7 +41,7 @@ export PANDASTACK_TEST_BIN=$DIST/pandastack
 export PANDASTACK_TEST_SERVER_DATA=$SERVER_DATA
 export PANDASTACK_TEST_RUN_DIR=$RUN
 export PANDASTACK_TEST_LOG_DIR=$LOGS
-export ROOT DATA DIST SERVER_DATA VENV RUN LOGS GUEST_CI_ROOTFS
+export ROOT DATA DIST SERVER_DATA VENV RUN LOGS
 
 T0=$(date +%s)
 FAILED=()
@@ -208,8 +206,9 @@ if [ -n "$stale" ]; then
   kill_pids KILL $stale
 fi
 
-# Points the guest's chroot kernel tests at a private copy of the baked code-interpreter
-# rootfs (they write into it), refreshed whenever the template is re-baked.
+# A private copy of the baked code-interpreter rootfs for the guest's chroot kernel tests
+# (they write into it; PANDASTACK_CI_ROOTFS points at it), refreshed when the template is
+# re-baked.
 link_guest_ci_rootfs() {
   local dir=$SERVER_DATA/templates/code-interpreter build src copy
   # `current` names the current build (a file holding its id; a link in older stores).
@@ -222,7 +221,7 @@ link_guest_ci_rootfs() {
     cp -a "$src" "$copy.partial" && mv "$copy.partial" "$copy" || return 1
   fi
   ln -sfn "$copy" "$DATA/ci-rootfs/current"
-  echo "guest kernel tests: $GUEST_CI_ROOTFS -> $copy"
+  echo "guest kernel tests: rootfs $copy"
 }
 
 cargo_test() {
@@ -232,7 +231,7 @@ cargo_test() {
   rc=$?
   cat "$LOGS/cargo-test.log"
   # Guest daemons the chroot tests left running (only ones started during this phase).
-  for p in $(rooted_pids "$GUEST_CI_ROOTFS"); do
+  for p in $(rooted_pids "$DATA/ci-rootfs/current"); do
     [ "$(ps -o etimes= -p "$p" 2>/dev/null | tr -d ' ')" -le $((SECONDS - started + 1)) ] 2>/dev/null &&
       echo "cargo test: killing leaked guest pid $p" && kill -KILL "$p" 2>/dev/null
   done

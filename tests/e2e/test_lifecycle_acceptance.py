@@ -442,8 +442,10 @@ def test_hibernated_sandbox_holds_no_process_and_no_ram_and_exec_wakes_it(server
     wait_until(lambda: not processes_matching(iid), 10, what=f"the processes of {iid} to exit")
     for pid in list(procs) + list(tree):  # none of them lives on under another name
         assert not Path(f"/proc/{pid}").exists() or iid not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    assert iid not in runsc_containers(server.data_dir)
-    assert not (server.data_dir / "instances" / iid).exists()
+    # The stopped container's runsc record and directory are removed in the background right
+    # after the image is written (runsc needs ~2 s for it); no process is left meanwhile.
+    wait_until(lambda: iid not in runsc_containers(server.data_dir), 10, what=f"runsc to forget {iid}")
+    wait_until(lambda: not (server.data_dir / "instances" / iid).exists(), 10, what=f"the directory of {iid} to go")
     assert instance_id(server.data_dir, sb.id) is None
     m = raw_session(server.admin_key()).get(f"{server.url}/v1/sandboxes/{sb.id}/metrics", timeout=30).json()
     assert m["memory_bytes"] == 0, m
