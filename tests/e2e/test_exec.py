@@ -44,15 +44,11 @@ def test_exec_timeout_kills_the_process_group(sb):
     from pandastack import SandboxTimeout
 
     start = time.monotonic()
-    try:
-        r = sb.exec("sleep 301 & (sleep 302 &) ; bash -c 'sleep 303' & sleep 304; echo never", timeout_seconds=2)
-    except SandboxTimeout:
-        r = None
+    # Contract §7: a timeout is a 5xx whose message says "timeout"; the SDK raises SandboxTimeout.
+    with pytest.raises(SandboxTimeout):
+        sb.exec("sleep 301 & (sleep 302 &) ; bash -c 'sleep 303' & sleep 304; echo never", timeout_seconds=2)
     took = time.monotonic() - start
     assert took < 6, f"a 2 s timeout took {took:.1f} s"
-    if r is not None:  # the server may answer 200 with a non-zero exit instead of a 5xx
-        assert r.exit_code != 0 and "never" not in r.stdout, r
-        assert "timed out" in (r.stderr + r.stdout).lower() or "timeout" in (r.stderr + r.stdout).lower(), r
     time.sleep(0.5)
     left = sb.exec(PS).stdout
     for n in (301, 302, 303, 304):

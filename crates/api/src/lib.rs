@@ -93,15 +93,13 @@ pub struct ExecRequest {
 }
 
 /// `POST .../exec` reply (contract §4 ExecResult). Output that is not UTF-8 is decoded lossily.
+/// A command killed at its timeout is not an ExecResult but a 504 (contract §7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecResult {
     pub stdout: String,
     pub stderr: String,
     pub exit_code: i32,
     pub duration_ms: u64,
-    /// True when the command was killed at its timeout (exit_code is then 137).
-    #[serde(default)]
-    pub timed_out: bool,
 }
 
 /// `POST .../repl/sessions` body.

@@ -24,6 +24,10 @@ pub enum ApiError {
     /// 500 with a message safe to show (e.g. "kernel died").
     #[error("{0}")]
     Internal(String),
+    /// 504: a command or cell ran past its timeout and was killed (the message says
+    /// "timeout", which the SDKs turn into `SandboxTimeout`, contract §1.5).
+    #[error("{0}")]
+    Timeout(String),
     /// 503: the sandbox's guest channel is not reachable (message carries "connection refused"
     /// so the SDKs' warm-up retry applies, contract §1.4).
     #[error("{0}")]
@@ -39,6 +43,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 

@@ -24,8 +24,6 @@ use tokio::sync::mpsc;
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
 /// Output kept per stream for a non-streaming exec, bytes; the rest is cut with a note.
 pub const MAX_CAPTURE_BYTES: usize = 64 * 1024 * 1024;
-/// Exit code reported for a command killed at its timeout (as coreutils `timeout`).
-pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -147,18 +145,19 @@ async fn exec(
                         "\n[pandastack: output cut at {MAX_CAPTURE_BYTES} bytes per stream]\n"
                     ));
                 }
-                let exit_code = if timed_out {
-                    stderr.push_str(&format!("\n[pandastack: command timed out after {} s; its process group was killed]\n", req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)));
-                    TIMEOUT_EXIT_CODE
-                } else {
-                    exit_code
-                };
+                if timed_out {
+                    // Contract §7: exec timeouts are a 5xx whose message says "timeout", which
+                    // both SDKs raise as SandboxTimeout.
+                    let secs = req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+                    return Err(ApiError::Timeout(format!(
+                        "command timeout after {secs} s; its process group was killed"
+                    )));
+                }
                 return Ok(Json(ExecResult {
                     stdout: String::from_utf8_lossy(&out).into_owned(),
                     stderr,
                     exit_code,
                     duration_ms,
-                    timed_out,
                 }));
             }
             GuestMsg::Error { code, message, .. } => {

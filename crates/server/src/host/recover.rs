@@ -43,19 +43,21 @@ impl Host {
                 _ => self.fail(&live, "server stopped during a transition").await,
             }
         }
-        for iid in self.engine.list().await.unwrap_or_default() {
-            if !owned.contains(&iid) {
-                warn!(instance_id = %iid, "destroying orphan instance");
-                let dir = self.cfg.data_dir.join("instances").join(&iid);
-                let engine = self.engine.clone();
-                tokio::spawn(async move { engine.destroy(&iid, &dir).await });
-            }
+        let known = self.engine.list().await.unwrap_or_default();
+        for iid in known.iter().filter(|i| !owned.contains(*i)) {
+            warn!(instance_id = %iid, "destroying orphan instance");
+            let dir = self.cfg.data_dir.join("instances").join(iid);
+            let iid = iid.clone();
+            let engine = self.engine.clone();
+            tokio::spawn(async move { engine.destroy(&iid, &dir).await });
         }
-        // Instance directories runsc no longer knows (a crash between the two steps).
+        // Instance directories of containers runsc no longer knows (a crash between the two
+        // steps of a destroy, a reboot): nothing runs there, so they go now.
         if let Ok(dirs) = std::fs::read_dir(self.cfg.data_dir.join("instances")) {
             for d in dirs.filter_map(Result::ok) {
                 let name = d.file_name().to_string_lossy().into_owned();
-                if !owned.contains(&name) && !d.path().join("guest.sock").exists() {
+                if !owned.contains(&name) && !known.contains(&name) {
+                    warn!(instance_id = %name, "removing directory of a vanished instance");
                     let _ = std::fs::remove_dir_all(d.path());
                 }
             }
