@@ -10,14 +10,13 @@ use crate::extract::sandbox_id;
 use crate::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::sse::Event;
+use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use pandastack_store::EventRow;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
 pub fn router() -> Router<AppState> {
@@ -101,18 +100,7 @@ async fn stream(
             }
         }
     };
-    let mut resp = Sse::new(stream)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(Duration::from_secs(10))
-                .text("ping"),
-        )
-        .into_response();
-    resp.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    Ok(resp)
+    Ok(super::sse(stream))
 }
 
 async fn history(

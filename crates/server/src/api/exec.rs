@@ -10,14 +10,13 @@ use crate::guest::{GuestConn, Reply};
 use crate::host::logs::LogStream;
 use crate::AppState;
 use axum::extract::{Path, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::sse::Event;
+use axum::response::Response;
 use axum::routing::post;
 use axum::{Json, Router};
 use futures::Stream;
 use pandastack_api::{ExecRequest, ExecResult};
 use pandastack_guest_protocol::{GuestMsg, HostMsg, OutputStream, RequestId};
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Timeout when the request gives none, seconds.
@@ -259,18 +258,7 @@ async fn exec_stream(
         req.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
         live,
     );
-    let mut resp = Sse::new(stream)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(Duration::from_secs(10))
-                .text("ping"),
-        )
-        .into_response();
-    resp.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    Ok(resp)
+    Ok(super::sse(stream))
 }
 
 #[cfg(test)]

@@ -46,25 +46,16 @@ struct PromoteBody {
     cleanup_siblings: bool,
 }
 
-async fn parent(
-    st: &AppState,
-    caller: &Caller,
-    id: &str,
-) -> Result<std::sync::Arc<crate::host::Live>, ApiError> {
-    let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
-    if live.row.lock().await.status == "hibernated" {
-        st.host.wake(&live, "implicit").await?;
-    }
-    Ok(live)
-}
-
 async fn fork(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<ForkBody>,
 ) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
-    let live = parent(&st, &caller, &id).await?;
+    let live = st
+        .host
+        .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
+        .await?;
     let t = std::time::Instant::now();
     let mut children = st
         .host
@@ -86,7 +77,10 @@ async fn fork_tree(
     Path(id): Path<String>,
     RequiredJson(b): RequiredJson<ForkTreeBody>,
 ) -> Result<(StatusCode, Json<Vec<Sandbox>>), ApiError> {
-    let live = parent(&st, &caller, &id).await?;
+    let live = st
+        .host
+        .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
+        .await?;
     let t = std::time::Instant::now();
     let children = st
         .host

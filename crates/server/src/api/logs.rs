@@ -9,12 +9,11 @@ use crate::extract::sandbox_id;
 use crate::host::logs::LogStream;
 use crate::AppState;
 use axum::extract::{Path, Query, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
-use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
 pub fn router() -> Router<AppState> {
@@ -87,16 +86,5 @@ async fn logs(
             }
         }
     };
-    let mut resp = Sse::new(stream)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(Duration::from_secs(10))
-                .text("ping"),
-        )
-        .into_response();
-    resp.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    Ok(resp)
+    Ok(super::sse(stream))
 }

@@ -43,3 +43,28 @@ pub fn sandbox_json(r: &SandboxRow) -> pandastack_api::Sandbox {
         from_snapshot: r.from_snapshot.clone(),
     }
 }
+
+/// A Server-Sent Events response: `text/event-stream; charset=utf-8` (without the charset the
+/// Python SDK decodes UTF-8 as ISO-8859-1, contract §1.6), LF framing, and a `: ping` comment
+/// every 10 s of silence so clients with read timeouts (Py: 30 s) keep the stream (§3).
+pub fn sse<S>(stream: S) -> axum::response::Response
+where
+    S: futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>
+        + Send
+        + 'static,
+{
+    use axum::response::sse::{KeepAlive, Sse};
+    use axum::response::IntoResponse;
+    let mut resp = Sse::new(stream)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(std::time::Duration::from_secs(10))
+                .text("ping"),
+        )
+        .into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    resp
+}

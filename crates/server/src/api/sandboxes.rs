@@ -131,25 +131,15 @@ async fn lifecycle_of(live: &crate::host::Live) -> Lifecycle {
     }
 }
 
-/// The sandbox, woken first when hibernated (issue 3: any request wakes it, lifecycle ones too).
-async fn awake(
-    st: &AppState,
-    caller: &Caller,
-    id: &str,
-) -> Result<std::sync::Arc<crate::host::Live>, ApiError> {
-    let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
-    if live.row.lock().await.status == "hibernated" {
-        st.host.wake(&live, "implicit").await?;
-    }
-    Ok(live)
-}
-
 async fn lifecycle(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Lifecycle>, ApiError> {
-    let live = awake(&st, &caller, &id).await?;
+    let live = st
+        .host
+        .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
+        .await?;
     let out = lifecycle_of(&live).await;
     live.touch().await;
     Ok(Json(out))
@@ -161,7 +151,10 @@ async fn patch_lifecycle(
     Path(id): Path<String>,
     JsonBody(p): JsonBody<LifecyclePatch>,
 ) -> Result<Json<Lifecycle>, ApiError> {
-    let live = awake(&st, &caller, &id).await?;
+    let live = st
+        .host
+        .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
+        .await?;
     let ttl = p.ttl_seconds.map(check_ttl).transpose()?;
     {
         let mut r = live.row.lock().await;

@@ -44,10 +44,10 @@ async fn create(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
-    if live.row.lock().await.status == "hibernated" {
-        st.host.wake(&live, "implicit").await?;
-    }
+    let live = st
+        .host
+        .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
+        .await?;
     let t = std::time::Instant::now();
     let snap = st.host.snapshot(&live).await?;
     crate::metrics::observe("snapshot", t);

@@ -11,6 +11,19 @@ use std::sync::Arc;
 use tracing::warn;
 
 impl Host {
+    /// The sandbox `id` of the workspace, woken first when hibernated (issue 3: any request
+    /// addressed to a hibernated sandbox wakes it, lifecycle ones included).
+    ///
+    /// # Errors
+    /// 404 as [`Host::get`]; wake errors.
+    pub async fn get_awake(&self, workspace_id: &str, id: &str) -> Result<Arc<Live>, ApiError> {
+        let live = self.get(workspace_id, id)?;
+        if live.row.lock().await.status == SandboxState::Hibernated.as_str() {
+            self.wake(&live, "implicit").await?;
+        }
+        Ok(live)
+    }
+
     /// Hibernates a running or paused sandbox.
     ///
     /// # Errors
