@@ -26,6 +26,46 @@ pub struct CreateSpec {
     pub envs: BTreeMap<String, String>,
 }
 
+impl CreateSpec {
+    /// A new row in `creating` for this request: template and generation, `(cpu, memory_mb)`
+    /// and `(rootfs, guest_dir)` from its source (a template build or a snapshot).
+    pub(super) fn row(
+        &self,
+        template: &str,
+        generation: i64,
+        resources: (u32, u32),
+        dirs: (String, String),
+        boot_mode: &str,
+        from_snapshot: Option<String>,
+    ) -> SandboxRow {
+        let now = now_ms();
+        SandboxRow {
+            id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            workspace_id: self.workspace_id.clone(),
+            template: template.to_string(),
+            template_generation: generation,
+            status: SandboxState::Creating.as_str().into(),
+            cpu: resources.0,
+            memory_mb: resources.1,
+            metadata: self.metadata.clone(),
+            envs: self.envs.clone(),
+            ttl_seconds: self.ttl_seconds,
+            persistent: self.persistent,
+            created_at: now,
+            last_active_at: now,
+            instance_id: None,
+            instance_dir: None,
+            rootfs: dirs.0,
+            guest_dir: dirs.1,
+            boot_ms: None,
+            boot_mode: boot_mode.into(),
+            from_snapshot,
+            hibernate_image: None,
+            deleted_at: None,
+        }
+    }
+}
+
 impl Host {
     /// The current build of template `name`.
     ///
@@ -86,31 +126,17 @@ impl Host {
         if let Some(result) = self.create_from_template_image(&spec, &tpl, started).await {
             return result;
         }
-        let now = now_ms();
-        let row = SandboxRow {
-            id: uuid::Uuid::new_v4().hyphenated().to_string(),
-            workspace_id: spec.workspace_id.clone(),
-            template: tpl.name.clone(),
-            template_generation: tpl.generation as i64,
-            status: SandboxState::Creating.as_str().into(),
-            cpu: tpl.cpu,
-            memory_mb: tpl.memory_mb,
-            metadata: spec.metadata,
-            envs: spec.envs,
-            ttl_seconds: spec.ttl_seconds,
-            persistent: spec.persistent,
-            created_at: now,
-            last_active_at: now,
-            instance_id: None,
-            instance_dir: None,
-            rootfs: tpl.rootfs.display().to_string(),
-            guest_dir: self.cfg.guest_dir.display().to_string(),
-            boot_ms: None,
-            boot_mode: "cold".into(),
-            from_snapshot: None,
-            hibernate_image: None,
-            deleted_at: None,
-        };
+        let row = spec.row(
+            &tpl.name,
+            tpl.generation as i64,
+            (tpl.cpu, tpl.memory_mb),
+            (
+                tpl.rootfs.display().to_string(),
+                self.cfg.guest_dir.display().to_string(),
+            ),
+            "cold",
+            None,
+        );
         self.store.put_sandbox(&row)?;
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());

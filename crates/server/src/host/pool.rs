@@ -8,7 +8,7 @@ use crate::error::ApiError;
 use crate::guest::GuestConn;
 use crate::state::SandboxState;
 use pandastack_engine::SandboxSpec;
-use pandastack_store::{now_ms, SandboxRow};
+
 use pandastack_templates::TemplateInfo;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,31 +56,20 @@ impl Host {
         };
         self.refill_pool(tpl.clone());
         let p = pooled?;
-        let now = now_ms();
-        let row = SandboxRow {
-            id: uuid::Uuid::new_v4().hyphenated().to_string(),
-            workspace_id: spec.workspace_id.clone(),
-            template: tpl.name.clone(),
-            template_generation: tpl.generation as i64,
-            status: SandboxState::Creating.as_str().into(),
-            cpu: tpl.cpu,
-            memory_mb: tpl.memory_mb,
-            metadata: spec.metadata.clone(),
-            envs: spec.envs.clone(),
-            ttl_seconds: spec.ttl_seconds,
-            persistent: spec.persistent,
-            created_at: now,
-            last_active_at: now,
-            instance_id: Some(p.spec.instance_id.clone()),
-            instance_dir: Some(p.spec.dir.display().to_string()),
-            rootfs: tpl.rootfs.display().to_string(),
-            guest_dir: self.cfg.guest_dir.display().to_string(),
-            boot_ms: Some(started.elapsed().as_millis() as i64),
-            boot_mode: "snapshot".into(),
-            from_snapshot: None,
-            hibernate_image: None,
-            deleted_at: None,
-        };
+        let mut row = spec.row(
+            &tpl.name,
+            tpl.generation as i64,
+            (tpl.cpu, tpl.memory_mb),
+            (
+                tpl.rootfs.display().to_string(),
+                self.cfg.guest_dir.display().to_string(),
+            ),
+            "snapshot",
+            None,
+        );
+        row.instance_id = Some(p.spec.instance_id.clone());
+        row.instance_dir = Some(p.spec.dir.display().to_string());
+        row.boot_ms = Some(started.elapsed().as_millis() as i64);
         if let Err(e) = self.store.put_sandbox(&row) {
             let _ = self.engine.destroy(&p.spec.instance_id, &p.spec.dir).await;
             return Some(Err(e.into()));

@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use crate::guest::GuestConn;
 use crate::state::SandboxState;
 use pandastack_guest_protocol::{GuestMsg, HostMsg};
-use pandastack_store::{now_ms, SandboxRow, SnapshotRow};
+use pandastack_store::{now_ms, SnapshotRow};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -187,32 +187,16 @@ impl Host {
         boot_mode: &str,
     ) -> Result<Arc<Live>, ApiError> {
         let started = Instant::now();
-        let now = now_ms();
-        let row = SandboxRow {
-            id: uuid::Uuid::new_v4().hyphenated().to_string(),
-            workspace_id: spec.workspace_id.clone(),
-            template: base.template.clone(),
-            template_generation: base.template_generation,
-            status: SandboxState::Creating.as_str().into(),
-            cpu: base.cpu,
-            memory_mb: base.memory_mb,
-            metadata: spec.metadata.clone(),
-            envs: spec.envs.clone(),
-            ttl_seconds: spec.ttl_seconds,
-            persistent: spec.persistent,
-            created_at: now,
-            last_active_at: now,
-            instance_id: None,
-            instance_dir: None,
-            rootfs: base.rootfs.clone(),
-            guest_dir: base.guest_dir.clone(),
-            boot_ms: None,
-            boot_mode: boot_mode.into(),
-            from_snapshot: (boot_mode == "snapshot" && base.id.starts_with("snap-"))
-                .then(|| base.id.clone()),
-            hibernate_image: None,
-            deleted_at: None,
-        };
+        let from_snapshot =
+            (boot_mode == "snapshot" && base.id.starts_with("snap-")).then(|| base.id.clone());
+        let row = spec.row(
+            &base.template,
+            base.template_generation,
+            (base.cpu, base.memory_mb),
+            (base.rootfs.clone(), base.guest_dir.clone()),
+            boot_mode,
+            from_snapshot,
+        );
         self.store.put_sandbox(&row)?;
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());
