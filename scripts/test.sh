@@ -281,6 +281,8 @@ if [ $baked -eq 0 ] && phase ci-rootfs 10m link_guest_ci_rootfs; then
   # The guest's kernel tests chroot into this copy; sandbox tests missing a prerequisite fail.
   export PANDASTACK_CI_ROOTFS=$DATA/ci-rootfs/current
   export PANDASTACK_REQUIRE_SANDBOX_TESTS=1
+  # A real mmdebstrap bake of `base` into a scratch store (crates/templates/tests/bake_real.rs).
+  export PANDASTACK_REAL_BAKE_TESTS=base
   # The gVisor engine's integration test (crates/gvisor/tests/engine.rs) boots the baked base
   # rootfs with the built guest and shim.
   base_dir=$SERVER_DATA/templates/base
