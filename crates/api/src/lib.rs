@@ -5,6 +5,20 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod account;
+mod events;
+mod fork;
+mod repl;
+mod snapshots;
+mod stream;
+
+pub use account::{Me, SandboxMetrics};
+pub use events::Event;
+pub use fork::{ForkRequest, ForkTreeRequest, PromoteRequest, Promotion};
+pub use repl::{KernelInfo, ReplKernel, ReplSession, ReplSessions};
+pub use snapshots::{Snapshot, SnapshotList};
+pub use stream::{ExecChunk, ExecExit, LogLine, StreamError};
+
 /// `POST /v1/sandboxes` body (contract §2.1 "Create body"). Unknown keys are rejected so that a
 /// typo is a 400 naming the field, except `cpu`/`memory_mb`, which old clients may send and
 /// which come from the template (or snapshot) instead.
@@ -211,19 +225,6 @@ pub struct Template {
     pub built_at: i64,
 }
 
-/// A snapshot (contract §2.7).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
-    /// `snap-` + 32 hex digits.
-    pub id: String,
-    pub sandbox_id: String,
-    pub template: String,
-    pub template_generation: i64,
-    pub size_bytes: i64,
-    /// RFC 3339.
-    pub created_at: String,
-}
-
 /// `POST /v1/me/tokens` body (contract §2.9).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateToken {
@@ -250,4 +251,31 @@ pub struct Token {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: String,
+}
+
+impl Execution {
+    /// The `text/plain` of the first result that has one (contract §4 `Execution.text`): `"6"`
+    /// for a cell ending in the expression `total` (seed 000 §1).
+    pub fn text(&self) -> Option<&str> {
+        self.results
+            .iter()
+            .find_map(|r| r.get("text/plain"))
+            .map(String::as_str)
+    }
+
+    /// The base64 `image/png` of the first result (contract §4 `Execution.png`; seed 004).
+    pub fn png(&self) -> Option<&str> {
+        self.results
+            .first()
+            .and_then(|r| r.get("image/png"))
+            .map(String::as_str)
+    }
+
+    /// The `text/html` of the first result that has one (a DataFrame's table, seed 004).
+    pub fn html(&self) -> Option<&str> {
+        self.results
+            .iter()
+            .find_map(|r| r.get("text/html"))
+            .map(String::as_str)
+    }
 }

@@ -16,7 +16,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use pandastack_store::EventRow;
 use serde::Deserialize;
-use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
 pub fn router() -> Router<AppState> {
@@ -26,16 +25,18 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The wire form of an event.
-pub fn wire(e: &EventRow) -> Value {
-    json!({
-        "seq": e.seq,
-        "sandbox_id": e.sandbox_id,
-        "from": e.from_state,
-        "to": e.to_state,
-        "cause": e.cause,
-        "at": chrono::DateTime::from_timestamp_millis(e.at).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        "at_ms": e.at,
-    })
+pub fn wire(e: &EventRow) -> pandastack_api::Event {
+    pandastack_api::Event {
+        seq: e.seq,
+        sandbox_id: e.sandbox_id.clone(),
+        from: e.from_state.clone(),
+        to: e.to_state.clone(),
+        cause: e.cause.clone(),
+        at: chrono::DateTime::from_timestamp_millis(e.at)
+            .unwrap_or_default()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        at_ms: e.at,
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -47,7 +48,7 @@ fn sse_event(e: &EventRow) -> Event {
     Event::default()
         .event("transition")
         .id(e.seq.to_string())
-        .data(wire(e).to_string())
+        .data(serde_json::to_string(&wire(e)).unwrap_or_default())
 }
 
 async fn stream(
@@ -107,7 +108,7 @@ async fn history(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Vec<pandastack_api::Event>>, ApiError> {
     let id = sandbox_id(&id)?;
     let row = st.host.store.sandbox(&id)?;
     if row

@@ -5,15 +5,12 @@ use super::sandbox_json;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{sandbox_id, JsonBody, RequiredJson};
-use crate::host::Promotion;
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use pandastack_api::Sandbox;
-use serde::Deserialize;
-use std::collections::BTreeMap;
+use pandastack_api::{ForkRequest, ForkTreeRequest, PromoteRequest, Promotion, Sandbox};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -22,35 +19,11 @@ pub fn router() -> Router<AppState> {
         .route("/sandboxes/:id/promote", post(promote))
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ForkBody {
-    #[serde(default)]
-    metadata: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ForkTreeBody {
-    count: usize,
-    #[serde(default)]
-    metadata: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PromoteBody {
-    #[serde(default)]
-    tree_id: Option<String>,
-    #[serde(default)]
-    cleanup_siblings: bool,
-}
-
 async fn fork(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<ForkBody>,
+    JsonBody(b): JsonBody<ForkRequest>,
 ) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
     let live = st
         .host
@@ -75,7 +48,7 @@ async fn fork_tree(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-    RequiredJson(b): RequiredJson<ForkTreeBody>,
+    RequiredJson(b): RequiredJson<ForkTreeRequest>,
 ) -> Result<(StatusCode, Json<Vec<Sandbox>>), ApiError> {
     let live = st
         .host
@@ -98,7 +71,7 @@ async fn promote(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<PromoteBody>,
+    JsonBody(b): JsonBody<PromoteRequest>,
 ) -> Result<Json<Promotion>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     Ok(Json(

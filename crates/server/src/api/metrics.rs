@@ -13,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use prometheus::Encoder;
-use serde_json::{json, Value};
 use std::time::Instant;
 
 pub fn router() -> Router<AppState> {
@@ -75,7 +74,7 @@ async fn sandbox_metrics(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<pandastack_api::SandboxMetrics>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let (iid, status) = {
         let r = live.row.lock().await;
@@ -90,12 +89,12 @@ async fn sandbox_metrics(
             .map_err(|e| ApiError::internal("stats", e))?,
         None => Default::default(),
     };
-    Ok(Json(json!({
-        "sandbox_id": live.id,
-        "status": status,
-        "memory_bytes": stats.memory_bytes,
-        "rss_bytes": stats.memory_bytes,
-        "cpu_ns": stats.cpu_ns,
-        "cpu_percent": live.cpu_percent(),
-    })))
+    Ok(Json(pandastack_api::SandboxMetrics {
+        sandbox_id: live.id.clone(),
+        status,
+        memory_bytes: stats.memory_bytes,
+        rss_bytes: stats.memory_bytes,
+        cpu_ns: stats.cpu_ns,
+        cpu_percent: live.cpu_percent(),
+    }))
 }

@@ -15,10 +15,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use pandastack_api::{CodeContext, CreateContext, Execution, RunCode};
+use pandastack_api::{
+    CodeContext, CreateContext, Execution, ReplKernel, ReplSession, ReplSessions, RunCode,
+};
 use pandastack_guest_protocol::{GuestMsg, HostMsg};
 use pandastack_store::{now_ms, ContextRow};
-use serde_json::json;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -205,7 +206,7 @@ async fn list(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ReplSessions>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let contexts = st.host.store.open_contexts(&live.id)?;
     let ready = st.host.ready(&live).await?;
@@ -219,10 +220,27 @@ async fn list(
         (GuestMsg::Kernels { kernels, .. }, _) => kernels,
         _ => Vec::new(),
     };
-    Ok(Json(json!({
-        "sessions": contexts.iter().map(|c| json!({"id": c.id, "kernel_id": c.kernel_id, "language": c.language, "created_at": super::rfc3339(c.created_at)})).collect::<Vec<_>>(),
-        "kernels": kernels.iter().map(|k| json!({"kernel_id": k.kernel_id, "language": k.language, "pid": k.pid, "last_used_ms": k.last_used_ms, "attached": contexts.iter().any(|c| c.kernel_id == k.kernel_id)})).collect::<Vec<_>>(),
-    })))
+    Ok(Json(ReplSessions {
+        sessions: contexts
+            .iter()
+            .map(|c| ReplSession {
+                id: c.id.clone(),
+                kernel_id: c.kernel_id.clone(),
+                language: c.language.clone(),
+                created_at: super::rfc3339(c.created_at),
+            })
+            .collect(),
+        kernels: kernels
+            .iter()
+            .map(|k| ReplKernel {
+                kernel_id: k.kernel_id.clone(),
+                language: k.language.clone(),
+                pid: k.pid,
+                last_used_ms: k.last_used_ms,
+                attached: contexts.iter().any(|c| c.kernel_id == k.kernel_id),
+            })
+            .collect(),
+    }))
 }
 
 /// The warmed kernel of a template image was started before this sandbox existed, so it lacks

@@ -11,9 +11,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use pandastack_api::{KernelInfo, Snapshot, SnapshotList};
 use pandastack_store::SnapshotRow;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -26,24 +26,32 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The wire form: the documented keys plus `snapshot_id` (Py's fallback key).
-pub fn wire(s: &SnapshotRow) -> Value {
-    json!({
-        "id": s.id,
-        "snapshot_id": s.id,
-        "sandbox_id": s.sandbox_id,
-        "template": s.template,
-        "template_generation": s.template_generation,
-        "size_bytes": s.size_bytes,
-        "created_at": rfc3339(s.created_at),
-        "kernels": s.kernels,
-    })
+pub fn wire(s: &SnapshotRow) -> Snapshot {
+    // Rows made before kernels were recorded hold `null`.
+    let kernels: Vec<KernelInfo> = serde_json::from_value(s.kernels.clone()).unwrap_or_default();
+    Snapshot {
+        id: s.id.clone(),
+        snapshot_id: s.id.clone(),
+        sandbox_id: s.sandbox_id.clone(),
+        template: s.template.clone(),
+        template_generation: s.template_generation,
+        size_bytes: s.size_bytes,
+        created_at: rfc3339(s.created_at),
+        kernels,
+    }
+}
+
+fn list_of(rows: &[SnapshotRow]) -> SnapshotList {
+    SnapshotList {
+        snapshots: rows.iter().map(wire).collect(),
+    }
 }
 
 async fn create(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Snapshot>), ApiError> {
     let live = st
         .host
         .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
@@ -63,36 +71,32 @@ async fn list(
     State(st): State<AppState>,
     caller: Caller,
     Query(q): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SnapshotList>, ApiError> {
     let rows = st
         .host
         .store
         .list_snapshots(&caller.workspace_id, q.sandbox_id.as_deref())?;
-    Ok(Json(
-        json!({"snapshots": rows.iter().map(wire).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(list_of(&rows)))
 }
 
 async fn list_for_sandbox(
     State(st): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SnapshotList>, ApiError> {
     let id = sandbox_id(&id)?;
     let rows = st
         .host
         .store
         .list_snapshots(&caller.workspace_id, Some(&id))?;
-    Ok(Json(
-        json!({"snapshots": rows.iter().map(wire).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(list_of(&rows)))
 }
 
 async fn get_one(
     State(st): State<AppState>,
     caller: Caller,
     Path(snap): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Snapshot>, ApiError> {
     let row = st
         .host
         .store

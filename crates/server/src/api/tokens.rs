@@ -31,8 +31,11 @@ fn wire(k: &ApiKeyRow, secret: Option<String>) -> Token {
     }
 }
 
-async fn me(caller: Caller) -> Json<serde_json::Value> {
-    Json(serde_json::json!({"workspace_id": caller.workspace_id, "key_prefix": caller.key_prefix}))
+async fn me(caller: Caller) -> Json<pandastack_api::Me> {
+    Json(pandastack_api::Me {
+        workspace_id: caller.workspace_id,
+        key_prefix: caller.key_prefix,
+    })
 }
 
 async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<Token>>, ApiError> {

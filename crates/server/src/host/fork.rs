@@ -15,13 +15,7 @@ use std::sync::Arc;
 pub const MAX_FORK_COUNT: usize = 16;
 
 /// What `promote` did (contract §2.1: `{winner, tree_id, deleted, failures}`).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Promotion {
-    pub winner: String,
-    pub tree_id: Option<String>,
-    pub deleted: Vec<String>,
-    pub failures: BTreeMap<String, String>,
-}
+pub use pandastack_api::Promotion;
 
 impl Host {
     /// Forks `parent` into `count` children carrying `metadata` (plus `parent_id`,
