@@ -88,14 +88,48 @@ impl CliError {
     }
 }
 
-/// The innermost message of an error's `source()` chain (e.g. `connection closed before
-/// message completed` rather than reqwest's generic `request or response body error`).
-pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut inner = err;
-    while let Some(next) = inner.source() {
-        inner = next;
+impl From<pandastack_sdk::Error> for CliError {
+    /// An SDK error as the CLI reports it: API errors with their status, no answer as
+    /// `cannot reach URL: cause`, a command timeout as [`CliError::Timeout`] (exit 124).
+    fn from(e: pandastack_sdk::Error) -> Self {
+        use pandastack_sdk::Error as E;
+        let status = e.status();
+        match e {
+            E::Connection { url, message } => CliError::Connect {
+                url,
+                cause: message,
+            },
+            E::Timeout { message } => CliError::Timeout(message),
+            E::Stream { message } => CliError::Stream(message),
+            e @ E::ExecInterrupted { .. } => CliError::Stream(e.to_string()),
+            E::Decode { what, message } => CliError::BadReply {
+                what,
+                detail: message,
+            },
+            E::Config(m) => CliError::Config(m),
+            E::Io { what, source } => CliError::Io { what, source },
+            other => match status {
+                Some(status) => CliError::Api {
+                    status,
+                    message: one_line(&other.to_string()),
+                },
+                None => CliError::Stream(other.to_string()),
+            },
+        }
     }
-    inner.to_string()
+}
+
+/// Longest server message kept in an error line, characters.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+/// Collapses all whitespace runs to one space and caps the length.
+fn one_line(text: &str) -> String {
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if joined.chars().count() <= MAX_MESSAGE_CHARS {
+        return joined;
+    }
+    let cut: String = joined.chars().take(MAX_MESSAGE_CHARS).collect();
+    format!("{cut}...")
 }
 
 /// Result of a client command.
@@ -128,13 +162,19 @@ mod tests {
     }
 
     #[test]
-    fn root_cause_is_the_innermost_message() {
-        let inner = io::Error::other("connection closed before message completed");
-        let outer = CliError::io("reading body", inner);
-        assert_eq!(
-            root_cause(&outer),
-            "connection closed before message completed"
-        );
+    fn sdk_errors_keep_status_and_message() {
+        let e: CliError =
+            pandastack_sdk::Error::from_reply(404, None, br#"{"error":"sandbox x\n not found"}"#)
+                .into();
+        assert_eq!(e.to_string(), "sandbox x not found (HTTP 404)");
+        let e: CliError = pandastack_sdk::Error::Timeout {
+            message: "command timeout after 1 s".into(),
+        }
+        .into();
+        assert_eq!(e.exit_code(), EXIT_TIMEOUT);
+        let long = format!(r#"{{"error":"{}"}}"#, "x".repeat(1000));
+        let e: CliError = pandastack_sdk::Error::from_reply(500, None, long.as_bytes()).into();
+        assert!(e.to_string().len() < 330);
     }
 
     #[test]

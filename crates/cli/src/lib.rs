@@ -1,7 +1,8 @@
 //! The `pandastack` command-line client. Every command except `template bake`, `completions`
-//! and `version` is one or a few REST calls to a PandaStack server
-//! (`shared/spec/sdk-wire-contract.md`); [`Command`] is flattened into the `pandastack`
-//! binary's top-level commands and [`run`] returns the process exit code.
+//! and `version` is one or a few calls of the Rust SDK (`pandastack-sdk`) to a PandaStack
+//! server (`shared/spec/sdk-wire-contract.md`), with its retries (contract §1.4); [`Command`] is
+//! flattened into the `pandastack` binary's top-level commands and [`run`] returns the process
+//! exit code.
 //!
 //! # Configuration
 //!
@@ -41,14 +42,12 @@
 //! - `2`: the command line does not parse (clap's usage message).
 //! - `141`: stdout was closed early (e.g. `| head`); nothing is printed.
 
-pub mod client;
 pub mod commands;
 pub mod config;
 pub mod error;
 pub mod output;
 pub mod parse;
 pub mod progress;
-pub mod sse;
 
 use clap::Subcommand;
 pub use commands::GlobalOpts;

@@ -88,16 +88,6 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> Result<()> {
     line(&text.join("\n"))
 }
 
-/// A JSON value as a table cell: strings bare, `null`/missing as `-`, others as compact JSON.
-pub fn cell(v: Option<&Value>) -> String {
-    match v {
-        None | Some(Value::Null) => "-".into(),
-        Some(Value::String(s)) if s.is_empty() => "-".into(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-    }
-}
-
 /// A metadata map as `k=v,k2=v2` (`-` when empty).
 pub fn metadata(m: &std::collections::BTreeMap<String, String>) -> String {
     if m.is_empty() {
@@ -125,30 +115,9 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
-/// Decodes a reply into a wire type for human output.
-///
-/// Errors: [`CliError::BadReply`] naming `what` (e.g. `GET /v1/sandboxes`) and the serde error.
-pub fn decode<T: serde::de::DeserializeOwned>(value: &Value, what: &str) -> Result<T> {
-    serde_json::from_value(value.clone()).map_err(|e| CliError::BadReply {
-        what: what.into(),
-        detail: e.to_string(),
-    })
-}
-
-/// A list reply as its elements: a bare array, or the array under one of `keys`
-/// (e.g. `{"snapshots": [...]}`, contract §2.7).
-pub fn list_items<'a>(value: &'a Value, keys: &[&str]) -> Option<&'a Vec<Value>> {
-    if let Some(a) = value.as_array() {
-        return Some(a);
-    }
-    keys.iter()
-        .find_map(|k| value.get(k).and_then(Value::as_array))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn bytes_are_human() {
@@ -156,23 +125,5 @@ mod tests {
         assert_eq!(bytes(1023), "1023 B");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(3 * 1024 * 1024 * 1024), "3.0 GiB");
-    }
-
-    #[test]
-    fn cells() {
-        assert_eq!(cell(None), "-");
-        assert_eq!(cell(Some(&json!(null))), "-");
-        assert_eq!(cell(Some(&json!("a"))), "a");
-        assert_eq!(cell(Some(&json!(3))), "3");
-        assert_eq!(cell(Some(&json!({"a":1}))), r#"{"a":1}"#);
-    }
-
-    #[test]
-    fn list_envelopes() {
-        let bare = json!([1, 2]);
-        assert_eq!(list_items(&bare, &["snapshots"]).map(Vec::len), Some(2));
-        let env = json!({"snapshots": [1]});
-        assert_eq!(list_items(&env, &["snapshots"]).map(Vec::len), Some(1));
-        assert!(list_items(&json!({"x": 1}), &["snapshots"]).is_none());
     }
 }

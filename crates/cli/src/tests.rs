@@ -101,7 +101,7 @@ fn create_builds_the_documented_body() {
     let SandboxCommand::Create(a) = cmd else {
         panic!("{cmd:?}")
     };
-    let body = crate::commands::body(&a.body()).unwrap_or_default();
+    let body = pandastack_sdk::without_nulls(&a.body()).unwrap_or_default();
     assert_eq!(
         body,
         serde_json::json!({"template": "code-interpreter", "ttl_seconds": 3600, "metadata": {"job": "demo"}})
@@ -114,7 +114,7 @@ fn create_with_every_flag() {
     let SandboxCommand::Create(a) = cmd else {
         panic!("{cmd:?}")
     };
-    let body = crate::commands::body(&a.body()).unwrap_or_default();
+    let body = pandastack_sdk::without_nulls(&a.body()).unwrap_or_default();
     assert_eq!(
         body,
         serde_json::json!({"persistent": true, "from_snapshot": "snap-1", "envs": {"A": "1", "B": "x=y"}, "metadata": {"a": "b", "c": "d"}})
@@ -129,9 +129,8 @@ fn exec_keeps_the_quoted_command_whole() {
     let SandboxCommand::Exec(a) = cmd else {
         panic!("{cmd:?}")
     };
-    let req = a.request();
-    assert_eq!(req.cmd, r#"python -c "print(2 + 2)""#);
-    assert_eq!(req.timeout_seconds, Some(30));
+    assert_eq!(a.command(), r#"python -c "print(2 + 2)""#);
+    assert_eq!(a.options().timeout_seconds, Some(30));
     assert_eq!(a.id, "<id>");
 }
 
@@ -141,15 +140,15 @@ fn exec_words_and_flags() {
     let SandboxCommand::Exec(a) = cmd else {
         panic!("{cmd:?}")
     };
-    assert_eq!(a.request().cmd, "ls -la /");
+    assert_eq!(a.command(), "ls -la /");
     assert_eq!(a.cwd.as_deref(), Some("/tmp"));
-    assert_eq!(a.request().env.map(|e| e.len()), Some(1));
+    assert_eq!(a.options().env.len(), 1);
     let (cmd, _) = sandbox("pandastack sandbox exec ID echo --timeout");
     let SandboxCommand::Exec(a) = cmd else {
         panic!("{cmd:?}")
     };
     assert_eq!(
-        a.request().cmd,
+        a.command(),
         "echo --timeout",
         "flags after the command belong to it"
     );
@@ -261,7 +260,7 @@ fn transitions_and_fork_flags() {
         panic!("{cmd:?}")
     };
     assert_eq!(
-        crate::commands::sandbox::promote::body(&a),
+        serde_json::to_value(crate::commands::sandbox::promote::body(&a)).unwrap_or_default(),
         serde_json::json!({"cleanup_siblings": true, "tree_id": "T"})
     );
     let (cmd, _) = sandbox("pandastack sandbox promote ID");
@@ -269,7 +268,7 @@ fn transitions_and_fork_flags() {
         panic!("{cmd:?}")
     };
     assert_eq!(
-        crate::commands::sandbox::promote::body(&a),
+        serde_json::to_value(crate::commands::sandbox::promote::body(&a)).unwrap_or_default(),
         serde_json::json!({"cleanup_siblings": false})
     );
 }

@@ -87,6 +87,6 @@ pub use error::{Error, Result};
 pub use exec::{shell_quote, ExecEvent, ExecOptions, ExecOutput, ExecStream, Language};
 pub use files::Files;
 pub use pandastack_api as api;
-pub use sandbox::{LogStream, Sandbox, Sandboxes};
+pub use sandbox::{without_nulls, LogStream, Sandbox, Sandboxes};
 pub use sse::SseEvent;
 pub use workspace::{Snapshots, Templates, Tokens};

@@ -81,9 +81,12 @@ impl Sandboxes<'_> {
     }
 }
 
-/// A request body as JSON without its `null` keys, so that only what the caller set is sent
-/// (as the Python SDK does, contract §2.1).
-pub(crate) fn without_nulls<T: serde::Serialize>(req: &T) -> Result<serde_json::Value> {
+/// A request body as the SDK sends it: JSON without its `null` top-level keys, so that only
+/// what the caller set is sent (as the Python SDK does, contract §2.1).
+///
+/// # Errors
+/// [`crate::Error::Decode`] when the value does not serialize (never for the wire types).
+pub fn without_nulls<T: serde::Serialize>(req: &T) -> Result<serde_json::Value> {
     let mut v = serde_json::to_value(req).map_err(|e| crate::Error::Decode {
         what: "request body".into(),
         message: e.to_string(),

@@ -4,13 +4,12 @@
 //! `http://127.0.0.1:7700`). Nothing is written when the check fails. Note that env
 //! `PANDASTACK_API` / `PANDASTACK_API_KEY`, when set, still win over the file.
 
-use crate::client::Client;
-use crate::commands::Ctx;
+use crate::commands::{client_for, Ctx};
 use crate::config::{self, Settings};
 use crate::error::Result;
 use crate::output;
 use clap::Args;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Flags of `auth login`.
 #[derive(Debug, Clone, Args)]
@@ -32,17 +31,13 @@ pub fn run(args: &LoginArgs, ctx: &Ctx) -> Result<()> {
         Some(a) => a.trim().trim_end_matches('/').to_string(),
         None => Settings::resolve()?.api_url,
     };
-    let client = Client::with_key(&api, args.key.trim())?;
-    let me = if args.no_verify {
-        Value::Null
+    let client = client_for(&api, args.key.trim())?;
+    let workspace = if args.no_verify {
+        None
     } else {
-        client.get_json(&["me"], &[])?
+        Some(ctx.block(client.me())?.workspace_id)
     };
     let path = config::save_login(&api, args.key.trim())?;
-    let workspace = me
-        .get("workspace_id")
-        .and_then(Value::as_str)
-        .map(str::to_string);
     if ctx.json() {
         return output::json(
             &json!({ "api_url": api, "workspace_id": workspace, "config_file": path.display().to_string() }),

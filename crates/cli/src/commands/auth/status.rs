@@ -2,12 +2,11 @@
 //! `GET /v1/me` whether the server accepts the key. Exits 1 when there is no key or the check
 //! fails (the error line says why), so scripts can test it.
 
-use crate::client::Client;
-use crate::commands::Ctx;
+use crate::commands::{client_for, Ctx};
 use crate::config::{Settings, ENV_API, ENV_API_KEY};
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use crate::output;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Characters of a key shown (its public prefix, `pds_` included).
 pub const SHOWN_KEY_CHARS: usize = 12;
@@ -25,13 +24,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         Some(p) => format!("{p}... ({})", s.api_key_source.label(ENV_API_KEY)),
         None => "none".into(),
     };
-    let checked = Client::new(&s).and_then(|c| c.get_json(&["me"], &[]));
-    let workspace = checked
-        .as_ref()
-        .ok()
-        .and_then(|me| me.get("workspace_id"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let checked = match &s.api_key {
+        None => Err(CliError::Config(
+            "no API key: set PANDASTACK_API_KEY or run `pandastack auth login --key KEY`".into(),
+        )),
+        Some(key) => {
+            client_for(&s.api_url, key).and_then(|c| ctx.block(c.me()).map_err(CliError::from))
+        }
+    };
+    let workspace = checked.as_ref().ok().map(|me| me.workspace_id.clone());
     if ctx.json() {
         output::json(&json!({
             "api_url": s.api_url,

@@ -2,36 +2,21 @@
 //! they arrive (`-o` does not apply).
 
 use super::PathArgs;
-use crate::client::Timeout;
 use crate::commands::Ctx;
 use crate::error::{CliError, Result};
-use reqwest::Method;
+use futures::StreamExt;
 use std::io::Write;
 
 /// Copies the file to stdout.
 pub fn run(args: &PathArgs, ctx: &Ctx) -> Result<()> {
     let client = ctx.client()?;
-    let rb = client.request(
-        Method::GET,
-        &["sandboxes", &args.id, "fs"],
-        &[("path", &args.path)],
-        Timeout::Stream,
-    );
-    let mut resp = client.send(rb)?;
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    let (_, mut body) = ctx.block(sandbox.files().read_stream(&args.path))?;
     let mut out = std::io::stdout().lock();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = std::io::Read::read(&mut resp, &mut buf).map_err(|e| {
-            CliError::Stream(format!(
-                "download of {} broke: {}",
-                args.path,
-                crate::error::root_cause(&e)
-            ))
-        })?;
-        if n == 0 {
-            break;
-        }
-        out.write_all(&buf[..n])
+    while let Some(chunk) = ctx.block(body.next()) {
+        let chunk =
+            chunk.map_err(|e| CliError::Stream(format!("download of {} broke: {e}", args.path)))?;
+        out.write_all(&chunk)
             .map_err(|e| CliError::io("writing stdout", e))?;
     }
     out.flush().map_err(|e| CliError::io("writing stdout", e))

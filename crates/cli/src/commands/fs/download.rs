@@ -5,14 +5,13 @@
 //! existing directory gets the remote file name inside it. Prints `downloaded N bytes to LOCAL`
 //! (`-o json`: `{"remote", "local", "bytes"}`, made by the CLI: the server sends raw bytes).
 
-use crate::client::Timeout;
 use crate::commands::Ctx;
 use crate::error::{CliError, Result};
 use crate::output;
 use crate::progress::{Progress, ProgressWriter};
 use clap::Args;
-use reqwest::header::CONTENT_LENGTH;
-use reqwest::Method;
+use futures::StreamExt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Flags of `fs download`.
@@ -61,18 +60,8 @@ fn temp_beside(dest: &Path) -> PathBuf {
 pub fn run(args: &DownloadArgs, ctx: &Ctx) -> Result<()> {
     let dest = destination(&args.remote, args.local.as_deref())?;
     let client = ctx.client()?;
-    let rb = client.request(
-        Method::GET,
-        &["sandboxes", &args.id, "fs"],
-        &[("path", &args.remote)],
-        Timeout::Stream,
-    );
-    let mut resp = client.send(rb)?;
-    let total = resp
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    let (total, mut body) = ctx.block(sandbox.files().read_stream(&args.remote))?;
     let tmp = temp_beside(&dest);
     let file = std::fs::File::create(&tmp)
         .map_err(|e| CliError::io(format!("creating {}", tmp.display()), e))?;
@@ -82,26 +71,31 @@ pub fn run(args: &DownloadArgs, ctx: &Ctx) -> Result<()> {
         .unwrap_or_default();
     let mut writer =
         ProgressWriter::new(std::io::BufWriter::new(file), Progress::new(&label, total));
-    let copied = std::io::copy(&mut resp, &mut writer)
-        .map_err(|e| {
-            CliError::Stream(format!(
-                "download of {} failed: {}",
-                args.remote,
-                crate::error::root_cause(&e)
-            ))
-        })
-        .and_then(|n| {
-            writer.progress.finish();
-            let file = writer
-                .into_inner()
-                .into_inner()
-                .map_err(|e| CliError::io(format!("writing {}", tmp.display()), e.into_error()))?;
-            file.sync_all()
+    let mut copy = || -> Result<u64> {
+        let mut n = 0u64;
+        while let Some(chunk) = ctx.block(body.next()) {
+            let chunk = chunk.map_err(|e| {
+                CliError::Stream(format!("download of {} failed: {e}", args.remote))
+            })?;
+            writer
+                .write_all(&chunk)
                 .map_err(|e| CliError::io(format!("writing {}", tmp.display()), e))?;
-            std::fs::rename(&tmp, &dest)
-                .map_err(|e| CliError::io(format!("renaming into {}", dest.display()), e))?;
-            Ok(n)
-        });
+            n += chunk.len() as u64;
+        }
+        Ok(n)
+    };
+    let copied = copy().and_then(|n| {
+        writer.progress.finish();
+        let file = writer
+            .into_inner()
+            .into_inner()
+            .map_err(|e| CliError::io(format!("writing {}", tmp.display()), e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| CliError::io(format!("writing {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, &dest)
+            .map_err(|e| CliError::io(format!("renaming into {}", dest.display()), e))?;
+        Ok(n)
+    });
     let bytes = match copied {
         Ok(n) => n,
         Err(e) => {

@@ -1,9 +1,9 @@
-//! `fs ls ID [PATH]`: `GET /v1/sandboxes/{id}/fs/dir?path=PATH` (server default `/`). Prints a
+//! `fs ls ID [PATH]`: `GET /v1/sandboxes/{id}/fs/dir?path=PATH` (default `/`). Prints a
 //! table `MODE SIZE MTIME NAME`, directories with a trailing `/`, mtime as RFC 3339 UTC.
 
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::Result;
-use crate::output::{self, decode};
+use crate::output;
 use clap::Args;
 use pandastack_api::{DirListing, FileInfo};
 
@@ -50,18 +50,14 @@ pub fn row(f: &FileInfo) -> Vec<String> {
 
 /// Lists the directory.
 pub fn run(args: &LsArgs, ctx: &Ctx) -> Result<()> {
-    let query: Vec<(&str, &str)> = args
-        .path
-        .as_deref()
-        .map(|p| vec![("path", p)])
-        .unwrap_or_default();
-    let reply = ctx
-        .client()?
-        .get_json(&["sandboxes", &args.id, "fs", "dir"], &query)?;
+    let path = args.path.clone().unwrap_or_else(|| "/".into());
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    let entries = ctx.block(sandbox.files().list(&path))?;
+    let listing = DirListing { path, entries };
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&listing);
     }
-    let listing: DirListing = decode(&reply, "GET /v1/sandboxes/{id}/fs/dir")?;
     output::table(
         &["MODE", "SIZE", "MTIME", "NAME"],
         &listing.entries.iter().map(row).collect::<Vec<_>>(),

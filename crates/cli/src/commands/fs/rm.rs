@@ -5,13 +5,13 @@ use crate::commands::Ctx;
 use crate::error::Result;
 use crate::output;
 
-/// Removes the path; prints `removed PATH`.
+/// Removes the path; prints `removed PATH` (nothing with `-o json`).
 pub fn run(args: &PathArgs, ctx: &Ctx) -> Result<()> {
-    let reply = ctx
-        .client()?
-        .delete(&["sandboxes", &args.id, "fs"], &[("path", &args.path)])?;
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    ctx.block(sandbox.files().remove(&args.path))?;
     if ctx.json() {
-        return output::json(&reply);
+        return Ok(());
     }
     output::line(&format!("removed {}", args.path))
 }

@@ -3,21 +3,18 @@
 
 use super::ls::rfc3339;
 use super::PathArgs;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::Result;
-use crate::output::{self, decode};
-use pandastack_api::FileInfo;
+use crate::output;
 
 /// Prints the file's details.
 pub fn run(args: &PathArgs, ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.get_json(
-        &["sandboxes", &args.id, "fs", "stat"],
-        &[("path", &args.path)],
-    )?;
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    let f = ctx.block(sandbox.files().stat(&args.path))?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&f);
     }
-    let f: FileInfo = decode(&reply, "GET /v1/sandboxes/{id}/fs/stat")?;
     output::pairs(&[
         ("path", f.path),
         ("is_dir", f.is_dir.to_string()),

@@ -1,19 +1,16 @@
 //! `fs upload ID --local PATH --remote PATH`: `PUT /v1/sandboxes/{id}/fs?path=REMOTE` with the
-//! file streamed as the `application/octet-stream` body (its length known up front). The guest
+//! file streamed as the `application/octet-stream` body. The guest
 //! writes atomically (temp file + rename). Prints `uploaded N bytes to REMOTE`; `-o json` prints
 //! the server's `{path, bytes}`.
 
-use crate::client::Timeout;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::{CliError, Result};
-use crate::output::{self, decode};
-use crate::progress::{Progress, ProgressReader};
+use crate::output;
+use crate::progress::Progress;
 use clap::Args;
-use pandastack_api::WriteResult;
-use reqwest::blocking::Body;
-use reqwest::header::CONTENT_TYPE;
-use reqwest::Method;
+use futures::StreamExt;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 /// Flags of `fs upload`.
 #[derive(Debug, Clone, Args)]
@@ -32,8 +29,7 @@ pub struct UploadArgs {
 /// Uploads the file.
 pub fn run(args: &UploadArgs, ctx: &Ctx) -> Result<()> {
     let what = format!("reading {}", args.local.display());
-    let file = std::fs::File::open(&args.local).map_err(|e| CliError::io(&what, e))?;
-    let meta = file.metadata().map_err(|e| CliError::io(&what, e))?;
+    let meta = std::fs::metadata(&args.local).map_err(|e| CliError::io(&what, e))?;
     if meta.is_dir() {
         return Err(CliError::Usage(format!(
             "{} is a directory; upload files one at a time",
@@ -45,22 +41,27 @@ pub fn run(args: &UploadArgs, ctx: &Ctx) -> Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "upload".into());
-    let reader = ProgressReader::new(file, Progress::new(&label, Some(meta.len())));
+    let progress = Arc::new(Mutex::new(Progress::new(&label, Some(meta.len()))));
     let client = ctx.client()?;
-    let rb = client
-        .request(
-            Method::PUT,
-            &["sandboxes", &args.id, "fs"],
-            &[("path", &args.remote)],
-            Timeout::Stream,
-        )
-        .header(CONTENT_TYPE, "application/octet-stream")
-        .body(Body::sized(reader, meta.len()));
-    let reply = client.json(rb)?;
-    if ctx.json() {
-        return output::json(&reply);
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    let written = ctx.block(async {
+        let file = tokio::fs::File::open(&args.local)
+            .await
+            .map_err(|e| CliError::io(&what, e))?;
+        let seen = progress.clone();
+        let chunks = tokio_util::io::ReaderStream::new(file).inspect(move |c| {
+            if let (Ok(c), Ok(mut p)) = (c, seen.lock()) {
+                p.advance(c.len() as u64);
+            }
+        });
+        Ok::<_, CliError>(sandbox.files().write_stream(&args.remote, chunks).await?)
+    })?;
+    if let Ok(mut p) = progress.lock() {
+        p.finish();
     }
-    let written: WriteResult = decode(&reply, "PUT /v1/sandboxes/{id}/fs")?;
+    if ctx.json() {
+        return print_json(&written);
+    }
     output::line(&format!(
         "uploaded {} bytes to {}",
         written.bytes, written.path

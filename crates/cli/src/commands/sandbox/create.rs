@@ -1,12 +1,11 @@
-//! `sandbox create`: `POST /v1/sandboxes` (contract §2.1 "Create body"). Only the flags given
-//! are sent; the server picks the template (`code-interpreter`) and TTL (3600 s) otherwise, and
-//! a `--from-snapshot` restore takes its template from the snapshot.
+//! `sandbox create`: `POST /v1/sandboxes` (contract §2.1 "Create body"), with the SDK's
+//! capacity retry. Only the flags given are sent; the server picks the template
+//! (`code-interpreter`) and TTL (3600 s) otherwise, and a `--from-snapshot` restore takes its
+//! template from the snapshot.
 
 use super::render;
-use crate::client::Timeout;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::Result;
-use crate::output;
 use crate::parse::{self, KeyValue};
 use clap::Args;
 use pandastack_api::CreateSandbox;
@@ -51,12 +50,10 @@ impl CreateArgs {
 
 /// Creates the sandbox and prints it.
 pub fn run(args: &CreateArgs, ctx: &Ctx) -> Result<()> {
-    let body = crate::commands::body(&args.body())?;
-    let reply = ctx
-        .client()?
-        .post_json(&["sandboxes"], Some(&body), Timeout::Slow)?;
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().create(args.body()))?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(sandbox.info());
     }
-    render::print_one(&reply, "POST /v1/sandboxes")
+    render::print_one(sandbox.info())
 }

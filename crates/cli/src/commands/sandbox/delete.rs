@@ -1,4 +1,4 @@
-//! `sandbox delete ID`: `DELETE /v1/sandboxes/{id}` (204).
+//! `sandbox delete ID`: `DELETE /v1/sandboxes/{id}` (204; nothing printed with `-o json`).
 
 use crate::commands::Ctx;
 use crate::error::Result;
@@ -6,9 +6,10 @@ use crate::output;
 
 /// Deletes the sandbox; prints `deleted sandbox ID`.
 pub fn run(id: &str, ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.delete(&["sandboxes", id], &[])?;
+    let client = ctx.client()?;
+    ctx.block(client.sandboxes().delete(id))?;
     if ctx.json() {
-        return output::json(&reply);
+        return Ok(());
     }
     output::line(&format!("deleted sandbox {id}"))
 }

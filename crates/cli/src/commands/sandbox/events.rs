@@ -1,21 +1,16 @@
 //! `sandbox events [ID] [--follow]`: lifecycle events (`{seq, at, at_ms, sandbox_id, from, to,
 //! cause}`: one per state transition). With an ID and no `--follow`: the sandbox's history,
-//! `GET /v1/sandboxes/{id}/events` (a JSON list), as a table. Without an ID, or with
-//! `--follow`: the workspace's live stream, `GET /v1/events` (SSE, `event: transition`), one
-//! line per event until Ctrl-C; with an ID only that sandbox's events are shown (also asked of
-//! the server as `?sandbox_id=`). `-o json` prints the list reply, or each streamed event's
-//! JSON on its own line. Unknown keys are shown in the DETAIL column as `key=value`.
+//! `GET /v1/sandboxes/{id}/events`, as a table. Without an ID, or with `--follow`: the
+//! workspace's live stream, `GET /v1/events` (SSE), one line per event until Ctrl-C; with an ID
+//! only that sandbox's events are shown. `-o json` prints the history list, or each streamed
+//! event's JSON on its own line.
 
-use crate::client::Timeout;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::{CliError, Result};
 use crate::output;
-use crate::sse::SseReader;
 use clap::Args;
-use reqwest::header::{ACCEPT, CONTENT_TYPE};
-use reqwest::Method;
-use serde_json::Value;
-use std::io::BufReader;
+use futures::StreamExt;
+use pandastack_api::Event;
 
 /// Flags of `sandbox events`.
 #[derive(Debug, Clone, Args)]
@@ -30,46 +25,14 @@ pub struct EventsArgs {
 
 /// Table headers of [`row`].
 pub const HEADERS: [&str; 4] = ["TIME", "SANDBOX", "EVENT", "DETAIL"];
-/// Keys shown in their own column or left out as redundant (`at_ms` repeats `at`).
-const SHOWN: [&str; 7] = ["at", "at_ms", "sandbox_id", "from", "to", "seq", "type"];
 
-/// One table row of an event: time, sandbox, `from -> to` (or its `type`), other keys.
-pub fn row(ev: &Value, stream_name: Option<&str>) -> Vec<String> {
-    let Some(obj) = ev.as_object() else {
-        return vec![
-            "-".into(),
-            "-".into(),
-            stream_name.unwrap_or("-").into(),
-            output::cell(Some(ev)),
-        ];
-    };
-    let event = match (
-        obj.get("from").and_then(Value::as_str),
-        obj.get("to").and_then(Value::as_str),
-    ) {
-        (Some(f), Some(t)) => format!("{f} -> {t}"),
-        _ => obj
-            .get("type")
-            .and_then(Value::as_str)
-            .or(stream_name)
-            .unwrap_or("-")
-            .to_string(),
-    };
-    let rest: Vec<String> = obj
-        .iter()
-        .filter(|(k, _)| !SHOWN.contains(&k.as_str()))
-        .map(|(k, v)| format!("{k}={}", output::cell(Some(v))))
-        .collect();
-    let time = obj.get("at").or_else(|| obj.get("at_ms"));
+/// One table row of an event: time, sandbox, `from -> to`, `cause=...`.
+pub fn row(ev: &Event) -> Vec<String> {
     vec![
-        output::cell(time),
-        output::cell(obj.get("sandbox_id")),
-        event,
-        if rest.is_empty() {
-            "-".into()
-        } else {
-            rest.join(" ")
-        },
+        ev.at.clone(),
+        ev.sandbox_id.clone(),
+        format!("{} -> {}", ev.from, ev.to),
+        format!("cause={}", ev.cause),
     ]
 }
 
@@ -82,60 +45,29 @@ pub fn run(args: &EventsArgs, ctx: &Ctx) -> Result<()> {
 }
 
 fn history(id: &str, ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.get_json(&["sandboxes", id, "events"], &[])?;
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(id))?;
+    let events = ctx.block(sandbox.events())?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&events);
     }
-    let items =
-        output::list_items(&reply, &["events", "items"]).ok_or_else(|| CliError::BadReply {
-            what: "GET /v1/sandboxes/{id}/events".into(),
-            detail: "not a list of events".into(),
-        })?;
-    output::table(
-        &HEADERS,
-        &items.iter().map(|e| row(e, None)).collect::<Vec<_>>(),
-    )
+    output::table(&HEADERS, &events.iter().map(row).collect::<Vec<_>>())
 }
 
 fn follow(id: Option<&str>, ctx: &Ctx) -> Result<()> {
     let client = ctx.client()?;
-    let query: Vec<(&str, &str)> = id.map(|i| vec![("sandbox_id", i)]).unwrap_or_default();
-    let rb = client
-        .request(Method::GET, &["events"], &query, Timeout::Stream)
-        .header(ACCEPT, "text/event-stream");
-    let resp = client.send(rb)?;
-    let url = resp.url().clone();
-    let is_sse = resp
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("text/event-stream"));
-    if !is_sse {
-        return Err(CliError::BadReply {
-            what: url.path().into(),
-            detail: "expected an event stream".into(),
-        });
-    }
-    for ev in SseReader::new(BufReader::new(resp)) {
-        let ev = ev.map_err(|e| {
-            CliError::Stream(format!(
-                "event stream from {url} broke: {}",
-                crate::error::root_cause(&e)
-            ))
-        })?;
-        let data: Value =
-            serde_json::from_str(&ev.data).unwrap_or_else(|_| Value::String(ev.data.clone()));
-        if id.is_some_and(|i| {
-            data.get("sandbox_id")
-                .and_then(Value::as_str)
-                .is_some_and(|s| s != i)
-        }) {
+    let mut stream = ctx.block(client.events(None))?;
+    while let Some(ev) = ctx.block(stream.next()) {
+        let ev = ev?;
+        if id.is_some_and(|i| i != ev.sandbox_id) {
             continue;
         }
         if ctx.json() {
-            output::line(&data.to_string())?;
+            let line = serde_json::to_string(&ev)
+                .map_err(|e| CliError::Usage(format!("cannot encode JSON: {e}")))?;
+            output::line(&line)?;
         } else {
-            output::line(&row(&data, Some(&ev.name)).join("  "))?;
+            output::line(&row(&ev).join("  "))?;
         }
     }
     Ok(())
@@ -144,13 +76,20 @@ fn follow(id: Option<&str>, ctx: &Ctx) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn transition_rows() {
-        let ev = json!({"at": "2026-12-01T10:00:39.431Z", "at_ms": 1, "cause": "api", "from": "running", "sandbox_id": "s1", "seq": 46, "to": "paused"});
+        let ev = Event {
+            seq: 46,
+            sandbox_id: "s1".into(),
+            from: "running".into(),
+            to: "paused".into(),
+            cause: "api".into(),
+            at: "2026-12-01T10:00:39.431Z".into(),
+            at_ms: 1,
+        };
         assert_eq!(
-            row(&ev, None),
+            row(&ev),
             vec![
                 "2026-12-01T10:00:39.431Z",
                 "s1",
@@ -158,10 +97,5 @@ mod tests {
                 "cause=api"
             ]
         );
-        assert_eq!(
-            row(&json!({"type": "health"}), None),
-            vec!["-", "-", "health", "-"]
-        );
-        assert_eq!(row(&json!("x"), Some("ping")), vec!["-", "-", "ping", "x"]);
     }
 }

@@ -1,23 +1,18 @@
 //! `sandbox exec ID [--timeout SECS] [--env K=V]... [--cwd DIR] -- 'cmd'`: runs `cmd` with
-//! `bash -c` semantics in the sandbox via `POST /v1/sandboxes/{id}/exec/stream` (contract §3.1).
-//! `stdout`/`stderr` events (`{"chunk"}`) are written to our stdout/stderr as they arrive;
-//! `exit` (`{"exit_code"}`) ends the command with that code; `error` (`{"error"}`) ends it with
-//! `error: <message>` and exit 124 when the message says "timeout", else 1. A stream that ends
-//! without either is an error too. With `-o json` the non-streaming `POST .../exec` is used and
+//! `bash -c` semantics in the sandbox through the SDK's streaming exec (`POST
+//! /v1/sandboxes/{id}/exec/stream`, contract §3.1). Output chunks are written to our stdout and
+//! stderr as they arrive; the exit code ends the command with that code; a timeout ends it with
+//! `error: <message>` and exit 124, any other server error with exit 1, and so does a stream
+//! that ends without an exit code. With `-o json` the non-streaming `POST .../exec` is used and
 //! its ExecResult printed.
 
-use crate::client::Timeout;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::{CliError, Result};
-use crate::output;
 use crate::parse::{self, KeyValue};
-use crate::sse::{Event, SseReader};
 use clap::Args;
-use pandastack_api::ExecRequest;
-use reqwest::header::ACCEPT;
-use reqwest::Method;
-use serde_json::Value;
-use std::io::{BufReader, Write};
+use futures::StreamExt;
+use pandastack_sdk::{ExecEvent, ExecOptions};
+use std::io::Write;
 
 /// Flags of `sandbox exec`.
 #[derive(Debug, Clone, Args)]
@@ -40,64 +35,19 @@ pub struct ExecArgs {
 }
 
 impl ExecArgs {
-    /// The request body for these flags.
-    pub fn request(&self) -> ExecRequest {
-        ExecRequest {
-            cmd: parse::command_text(&self.command),
+    /// The command text.
+    pub fn command(&self) -> String {
+        parse::command_text(&self.command)
+    }
+
+    /// The SDK options for these flags.
+    pub fn options(&self) -> ExecOptions {
+        ExecOptions {
             timeout_seconds: self.timeout,
-            env: parse::to_map(&self.env),
+            env: parse::to_map(&self.env).unwrap_or_default(),
             cwd: self.cwd.clone(),
-            background: None,
+            check: false,
         }
-    }
-}
-
-/// One decoded exec-stream event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExecEvent {
-    /// Output for our stdout.
-    Stdout(String),
-    /// Output for our stderr.
-    Stderr(String),
-    /// The command ended with this code.
-    Exit(i32),
-    /// The server gave up on the command with this message.
-    Error(String),
-    /// An event the CLI does not use.
-    Other,
-}
-
-/// Decodes an event. Non-JSON `data` is taken as the raw chunk or message (contract §3.1).
-pub fn decode(ev: &Event) -> ExecEvent {
-    let json: Option<Value> = serde_json::from_str(&ev.data).ok();
-    let field = |k: &str| {
-        json.as_ref()
-            .and_then(|v| v.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    match ev.name.as_str() {
-        "stdout" => ExecEvent::Stdout(field("chunk").unwrap_or_else(|| ev.data.clone())),
-        "stderr" => ExecEvent::Stderr(field("chunk").unwrap_or_else(|| ev.data.clone())),
-        "exit" => match json
-            .as_ref()
-            .and_then(|v| v.get("exit_code").or_else(|| v.get("exit")))
-            .and_then(Value::as_i64)
-        {
-            Some(code) => ExecEvent::Exit(i32::try_from(code).unwrap_or(1)),
-            None => ExecEvent::Error(format!("exit event without an exit code: {}", ev.data)),
-        },
-        "error" => ExecEvent::Error(field("error").unwrap_or_else(|| ev.data.clone())),
-        _ => ExecEvent::Other,
-    }
-}
-
-/// The error for a server-reported failure of the command.
-pub fn stream_error(message: String) -> CliError {
-    if message.to_lowercase().contains("timeout") {
-        CliError::Timeout(message)
-    } else {
-        CliError::Stream(message)
     }
 }
 
@@ -110,111 +60,22 @@ fn write_to(out: &mut dyn Write, chunk: &str, what: &str) -> Result<()> {
 /// Runs the command; returns its exit code.
 pub fn run(args: &ExecArgs, ctx: &Ctx) -> Result<i32> {
     let client = ctx.client()?;
-    let body = crate::commands::body(&args.request())?;
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
     if ctx.json() {
-        let rb = client
-            .request(
-                Method::POST,
-                &["sandboxes", &args.id, "exec"],
-                &[],
-                Timeout::Stream,
-            )
-            .json(&body);
-        let reply = client.json(rb)?;
-        output::json(&reply)?;
-        return Ok(exit_code_of(&reply));
+        let result = ctx.block(sandbox.exec_with(&args.command(), &args.options()))?;
+        print_json(&result)?;
+        return Ok(result.exit_code);
     }
-    let rb = client
-        .request(
-            Method::POST,
-            &["sandboxes", &args.id, "exec", "stream"],
-            &[],
-            Timeout::Stream,
-        )
-        .header(ACCEPT, "text/event-stream")
-        .json(&body);
-    let resp = client.send(rb)?;
-    let url = resp.url().clone();
+    let mut stream = ctx.block(sandbox.exec_stream(&args.command(), &args.options()))?;
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
-    for ev in SseReader::new(BufReader::new(resp)) {
-        let ev = ev.map_err(|e| {
-            CliError::Stream(format!(
-                "exec stream from {url} broke: {}",
-                crate::error::root_cause(&e)
-            ))
-        })?;
-        match decode(&ev) {
+    while let Some(ev) = ctx.block(stream.next()) {
+        match ev? {
             ExecEvent::Stdout(c) => write_to(&mut stdout, &c, "writing stdout")?,
             ExecEvent::Stderr(c) => write_to(&mut stderr, &c, "writing stderr")?,
             ExecEvent::Exit(code) => return Ok(code),
-            ExecEvent::Error(msg) => return Err(stream_error(msg)),
-            ExecEvent::Other => {}
         }
     }
     Err(CliError::Stream(
         "exec stream ended before the command exited".into(),
     ))
-}
-
-/// `exit_code` (then `exit`) of an ExecResult; 1 when missing (contract §4).
-pub fn exit_code_of(reply: &Value) -> i32 {
-    reply
-        .get("exit_code")
-        .or_else(|| reply.get("exit"))
-        .and_then(Value::as_i64)
-        .and_then(|c| i32::try_from(c).ok())
-        .unwrap_or(1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ev(name: &str, data: &str) -> Event {
-        Event {
-            name: name.into(),
-            data: data.into(),
-        }
-    }
-
-    #[test]
-    fn decodes_every_event_kind() {
-        assert_eq!(
-            decode(&ev("stdout", r#"{"chunk":"4\n"}"#)),
-            ExecEvent::Stdout("4\n".into())
-        );
-        assert_eq!(
-            decode(&ev("stderr", "raw text")),
-            ExecEvent::Stderr("raw text".into())
-        );
-        assert_eq!(
-            decode(&ev("exit", r#"{"exit_code":3}"#)),
-            ExecEvent::Exit(3)
-        );
-        assert_eq!(
-            decode(&ev("error", r#"{"error":"command timeout after 1 s"}"#)),
-            ExecEvent::Error("command timeout after 1 s".into())
-        );
-        assert_eq!(decode(&ev("message", "x")), ExecEvent::Other);
-        assert!(matches!(decode(&ev("exit", "{}")), ExecEvent::Error(_)));
-    }
-
-    #[test]
-    fn timeouts_exit_124() {
-        assert_eq!(
-            stream_error("command timeout after 1 s".into()).exit_code(),
-            124
-        );
-        assert_eq!(
-            stream_error("guest channel closed during exec".into()).exit_code(),
-            1
-        );
-    }
-
-    #[test]
-    fn exit_code_of_exec_result() {
-        assert_eq!(exit_code_of(&serde_json::json!({"exit_code": 7})), 7);
-        assert_eq!(exit_code_of(&serde_json::json!({"exit": 2})), 2);
-        assert_eq!(exit_code_of(&serde_json::json!({})), 1);
-    }
 }

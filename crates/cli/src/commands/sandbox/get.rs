@@ -1,15 +1,15 @@
 //! `sandbox get ID`: `GET /v1/sandboxes/{id}`.
 
 use super::render;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::Result;
-use crate::output;
 
 /// Prints one sandbox.
 pub fn run(id: &str, ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.get_json(&["sandboxes", id], &[])?;
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(id))?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(sandbox.info());
     }
-    render::print_one(&reply, "GET /v1/sandboxes/{id}")
+    render::print_one(sandbox.info())
 }

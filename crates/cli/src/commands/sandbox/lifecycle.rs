@@ -2,18 +2,16 @@
 //! idle_seconds}` (seed 003). [`print`] is shared with `set-ttl` and `set-persistent`, whose
 //! `PATCH` replies have the same shape.
 
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::Result;
-use crate::output::{self, decode};
+use crate::output;
 use pandastack_api::Lifecycle;
-use serde_json::Value;
 
-/// Prints a lifecycle reply (`what` names the call for a decode error).
-pub fn print(reply: &Value, what: &str, ctx: &Ctx) -> Result<()> {
+/// Prints a lifecycle.
+pub fn print(l: &Lifecycle, ctx: &Ctx) -> Result<()> {
     if ctx.json() {
-        return output::json(reply);
+        return print_json(l);
     }
-    let l: Lifecycle = decode(reply, what)?;
     output::pairs(&[
         ("ttl_seconds", l.ttl_seconds.to_string()),
         ("persistent", l.persistent.to_string()),
@@ -23,8 +21,8 @@ pub fn print(reply: &Value, what: &str, ctx: &Ctx) -> Result<()> {
 
 /// Prints the sandbox's lifecycle settings.
 pub fn run(id: &str, ctx: &Ctx) -> Result<()> {
-    let reply = ctx
-        .client()?
-        .get_json(&["sandboxes", id, "lifecycle"], &[])?;
-    print(&reply, "GET /v1/sandboxes/{id}/lifecycle", ctx)
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(id))?;
+    let l = ctx.block(sandbox.lifecycle())?;
+    print(&l, ctx)
 }

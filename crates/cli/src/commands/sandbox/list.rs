@@ -1,20 +1,15 @@
-//! `sandbox list`: `GET /v1/sandboxes` (a bare array, or `{"items": [...]}`, contract §2.1).
+//! `sandbox list`: `GET /v1/sandboxes` (a bare array, contract §2.1).
 
 use super::render;
-use crate::commands::Ctx;
-use crate::error::{CliError, Result};
-use crate::output;
+use crate::commands::{print_json, Ctx};
+use crate::error::Result;
 
 /// Prints the workspace's sandboxes.
 pub fn run(ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.get_json(&["sandboxes"], &[])?;
+    let client = ctx.client()?;
+    let all = ctx.block(client.sandboxes().list())?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&all);
     }
-    let what = "GET /v1/sandboxes";
-    let items = output::list_items(&reply, &["items"]).ok_or_else(|| CliError::BadReply {
-        what: what.into(),
-        detail: "not a list of sandboxes".into(),
-    })?;
-    render::print_table(items, what)
+    render::print_table(&all)
 }

@@ -1,19 +1,14 @@
 //! `sandbox logs ID [--follow] [--stream stdout|stderr|both]`: `GET
 //! /v1/sandboxes/{id}/logs?stream=S&follow=true|false` (contract §3.2). Without `--follow` the
-//! plain-text body is copied to stdout as is. With it the reply is SSE: each event's `data` is
-//! a JSON `{"line"}` (or `{"chunk"}`) printed as one line, `{"error"}` ends the command with that
-//! error, and any other data is printed raw. Runs until the server closes the stream or Ctrl-C.
+//! plain-text log is copied to stdout as is; with it each line is printed as it is written, until
+//! the server closes the stream or Ctrl-C.
 
-use crate::client::Timeout;
 use crate::commands::Ctx;
 use crate::error::{CliError, Result};
 use crate::output;
-use crate::sse::SseReader;
 use clap::{Args, ValueEnum};
-use reqwest::header::{ACCEPT, CONTENT_TYPE};
-use reqwest::Method;
-use serde_json::Value;
-use std::io::BufReader;
+use futures::StreamExt;
+use std::io::Write;
 
 /// Which output of the sandbox to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -24,6 +19,16 @@ pub enum LogStream {
     Stderr,
     /// Both, interleaved.
     Both,
+}
+
+impl From<LogStream> for pandastack_sdk::LogStream {
+    fn from(s: LogStream) -> Self {
+        match s {
+            LogStream::Stdout => pandastack_sdk::LogStream::Stdout,
+            LogStream::Stderr => pandastack_sdk::LogStream::Stderr,
+            LogStream::Both => pandastack_sdk::LogStream::Both,
+        }
+    }
 }
 
 /// Flags of `sandbox logs`.
@@ -40,95 +45,21 @@ pub struct LogsArgs {
     pub stream: LogStream,
 }
 
-/// What one follow event means.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LogEvent {
-    /// A line to print (its trailing newline removed).
-    Line(String),
-    /// The server reported an error.
-    Error(String),
-}
-
-/// Decodes one follow event's data as the SDKs do (contract §3.2).
-pub fn decode(data: &str) -> LogEvent {
-    let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(data) else {
-        return LogEvent::Line(data.to_string());
-    };
-    if let Some(line) = obj
-        .get("line")
-        .or_else(|| obj.get("chunk"))
-        .and_then(Value::as_str)
-    {
-        return LogEvent::Line(line.strip_suffix('\n').unwrap_or(line).to_string());
-    }
-    if let Some(err) = obj.get("error").and_then(Value::as_str) {
-        return LogEvent::Error(err.to_string());
-    }
-    LogEvent::Line(data.to_string())
-}
-
 /// Prints the log.
 pub fn run(args: &LogsArgs, ctx: &Ctx) -> Result<()> {
     let client = ctx.client()?;
-    let stream = format!("{:?}", args.stream).to_lowercase();
-    let follow = if args.follow { "true" } else { "false" };
-    let accept = if args.follow {
-        "text/event-stream"
-    } else {
-        "text/plain"
-    };
-    let rb = client
-        .request(
-            Method::GET,
-            &["sandboxes", &args.id, "logs"],
-            &[("stream", &stream), ("follow", follow)],
-            Timeout::Stream,
-        )
-        .header(ACCEPT, accept);
-    let mut resp = client.send(rb)?;
-    let is_sse = resp
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("text/event-stream"));
-    if !is_sse {
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    if !args.follow {
+        let text = ctx.block(sandbox.logs(args.stream.into()))?;
         let mut out = std::io::stdout().lock();
-        std::io::copy(&mut resp, &mut out)
-            .map_err(|e| CliError::io("copying the log to stdout", e))?;
-        return Ok(());
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|_| out.flush())
+            .map_err(|e| CliError::io("writing stdout", e));
     }
-    let url = resp.url().clone();
-    for ev in SseReader::new(BufReader::new(resp)) {
-        let ev = ev.map_err(|e| {
-            CliError::Stream(format!(
-                "log stream from {url} broke: {}",
-                crate::error::root_cause(&e)
-            ))
-        })?;
-        match decode(&ev.data) {
-            LogEvent::Line(l) => output::line(&l)?,
-            LogEvent::Error(e) => return Err(CliError::Stream(e)),
-        }
+    let mut lines = ctx.block(sandbox.logs_follow(args.stream.into()))?;
+    while let Some(line) = ctx.block(lines.next()) {
+        output::line(&line?.line)?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn follow_events() {
-        assert_eq!(
-            decode(r#"{"line":"hello\n"}"#),
-            LogEvent::Line("hello".into())
-        );
-        assert_eq!(decode(r#"{"chunk":"c"}"#), LogEvent::Line("c".into()));
-        assert_eq!(
-            decode(r#"{"error":"sandbox gone"}"#),
-            LogEvent::Error("sandbox gone".into())
-        );
-        assert_eq!(decode("raw text"), LogEvent::Line("raw text".into()));
-        assert_eq!(decode("[1]"), LogEvent::Line("[1]".into()));
-    }
 }

@@ -2,26 +2,24 @@
 //! table. Keys are the JSON field names of [`pandastack_api::Sandbox`].
 
 use crate::error::Result;
-use crate::output::{self, decode};
+use crate::output;
 use pandastack_api::Sandbox;
-use serde_json::Value;
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_else(|| "-".into())
 }
 
-/// Prints one sandbox reply (`what` names the call for a decode error).
-pub fn print_one(value: &Value, what: &str) -> Result<()> {
-    let s: Sandbox = decode(value, what)?;
+/// Prints one sandbox.
+pub fn print_one(s: &Sandbox) -> Result<()> {
     output::pairs(&[
-        ("id", s.id),
-        ("template", s.template),
-        ("status", s.status),
-        ("boot_mode", s.boot_mode),
+        ("id", s.id.clone()),
+        ("template", s.template.clone()),
+        ("status", s.status.clone()),
+        ("boot_mode", s.boot_mode.clone()),
         ("boot_ms", opt(&s.boot_ms)),
         ("ttl_seconds", s.ttl_seconds.to_string()),
         ("persistent", s.persistent.to_string()),
-        ("created_at", s.created_at),
+        ("created_at", s.created_at.clone()),
         ("from_snapshot", opt(&s.from_snapshot)),
         ("cpu", s.cpu.to_string()),
         ("memory_mb", s.memory_mb.to_string()),
@@ -41,30 +39,21 @@ pub const HEADERS: [&str; 7] = [
     "METADATA",
 ];
 
-/// One table row. A bare id string (some fork replies, contract §2.1) fills only the id.
-pub fn row(value: &Value, what: &str) -> Result<Vec<String>> {
-    if let Some(id) = value.as_str() {
-        let mut r = vec![id.to_string()];
-        r.resize(HEADERS.len(), "-".into());
-        return Ok(r);
-    }
-    let s: Sandbox = decode(value, what)?;
-    Ok(vec![
-        s.id,
-        s.template,
-        s.status,
+/// One table row.
+pub fn row(s: &Sandbox) -> Vec<String> {
+    vec![
+        s.id.clone(),
+        s.template.clone(),
+        s.status.clone(),
         s.persistent.to_string(),
         s.ttl_seconds.to_string(),
-        s.created_at,
+        s.created_at.clone(),
         output::metadata(&s.metadata),
-    ])
+    ]
 }
 
 /// Prints several sandboxes as a table.
-pub fn print_table(items: &[Value], what: &str) -> Result<()> {
-    let rows = items
-        .iter()
-        .map(|v| row(v, what))
-        .collect::<Result<Vec<_>>>()?;
+pub fn print_table<'a>(items: impl IntoIterator<Item = &'a Sandbox>) -> Result<()> {
+    let rows: Vec<Vec<String>> = items.into_iter().map(row).collect();
     output::table(&HEADERS, &rows)
 }

@@ -1,18 +1,15 @@
 //! `sandbox run-code ID [--language python|shell] [--timeout SECS] -- 'code'`: the Python SDK's
 //! `run_code` on the wire (contract §2.2): `POST /v1/sandboxes/{id}/exec` with
 //! `{"cmd": "python3 -c <quoted code>"}` or `{"cmd": "bash -c <quoted code>"}`, quoted as
-//! Python's `shlex.quote`. A fresh process each time, so nothing persists between runs. Prints
-//! the command's stdout and stderr; exits with its exit code. `-` as the code reads stdin.
+//! Python's `shlex.quote` ([`pandastack_sdk::Language::command`]). A fresh process each time, so
+//! nothing persists between runs. Prints the command's stdout and stderr; exits with its exit
+//! code. `-` as the code reads stdin.
 
-use super::exec::exit_code_of;
-use crate::client::Timeout;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::{CliError, Result};
-use crate::output::{self, decode};
 use crate::parse;
 use clap::{Args, ValueEnum};
-use pandastack_api::{ExecRequest, ExecResult};
-use reqwest::Method;
+use pandastack_sdk::ExecOptions;
 use std::io::{Read, Write};
 
 /// The interpreter of `run-code`.
@@ -24,6 +21,15 @@ pub enum Language {
     /// `bash -c CODE`.
     #[value(alias = "sh", alias = "bash")]
     Shell,
+}
+
+impl From<Language> for pandastack_sdk::Language {
+    fn from(l: Language) -> Self {
+        match l {
+            Language::Python => pandastack_sdk::Language::Python,
+            Language::Shell => pandastack_sdk::Language::Shell,
+        }
+    }
 }
 
 /// Flags of `sandbox run-code`.
@@ -45,10 +51,7 @@ pub struct RunCodeArgs {
 
 /// The shell command that runs `code` in `language`, byte for byte as the Python SDK sends it.
 pub fn command_for(language: Language, code: &str) -> String {
-    match language {
-        Language::Python => format!("python3 -c {}", parse::shell_quote(code)),
-        Language::Shell => format!("bash -c {}", parse::shell_quote(code)),
-    }
+    pandastack_sdk::Language::from(language).command(code)
 }
 
 fn code_of(args: &RunCodeArgs) -> Result<String> {
@@ -65,28 +68,18 @@ fn code_of(args: &RunCodeArgs) -> Result<String> {
 
 /// Runs the code; returns its exit code.
 pub fn run(args: &RunCodeArgs, ctx: &Ctx) -> Result<i32> {
-    let req = ExecRequest {
-        cmd: command_for(args.language, &code_of(args)?),
+    let cmd = command_for(args.language, &code_of(args)?);
+    let opts = ExecOptions {
         timeout_seconds: args.timeout,
-        env: None,
-        cwd: None,
-        background: None,
+        ..ExecOptions::default()
     };
     let client = ctx.client()?;
-    let rb = client
-        .request(
-            Method::POST,
-            &["sandboxes", &args.id, "exec"],
-            &[],
-            Timeout::Stream,
-        )
-        .json(&crate::commands::body(&req)?);
-    let reply = client.json(rb)?;
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    let result = ctx.block(sandbox.exec_with(&cmd, &opts))?;
     if ctx.json() {
-        output::json(&reply)?;
-        return Ok(exit_code_of(&reply));
+        print_json(&result)?;
+        return Ok(result.exit_code);
     }
-    let result: ExecResult = decode(&reply, "POST /v1/sandboxes/{id}/exec")?;
     let mut out = std::io::stdout().lock();
     out.write_all(result.stdout.as_bytes())
         .and_then(|_| out.flush())
@@ -96,25 +89,4 @@ pub fn run(args: &RunCodeArgs, ctx: &Ctx) -> Result<i32> {
         .and_then(|_| err.flush())
         .map_err(|e| CliError::io("writing stderr", e))?;
     Ok(result.exit_code)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn commands_match_the_python_sdk() {
-        assert_eq!(
-            command_for(Language::Python, "x = 42; y = x * 2; print(x, y)"),
-            "python3 -c 'x = 42; y = x * 2; print(x, y)'"
-        );
-        assert_eq!(
-            command_for(Language::Shell, "python --version"),
-            "bash -c 'python --version'"
-        );
-        assert_eq!(
-            command_for(Language::Python, "print('a')"),
-            "python3 -c 'print('\"'\"'a'\"'\"')'"
-        );
-    }
 }

@@ -7,7 +7,6 @@ use crate::commands::Ctx;
 use crate::error::Result;
 use clap::builder::BoolishValueParser;
 use clap::{ArgGroup, Args};
-use pandastack_api::LifecyclePatch;
 
 /// Flags of `sandbox set-persistent`.
 #[derive(Debug, Clone, Args)]
@@ -26,13 +25,10 @@ pub struct SetPersistentArgs {
 
 /// Sets persistence and prints the lifecycle.
 pub fn run(args: &SetPersistentArgs, ctx: &Ctx) -> Result<()> {
-    let patch = LifecyclePatch {
-        ttl_seconds: None,
-        persistent: args.value.or(args.persistent),
-    };
-    let reply = ctx.client()?.patch_json(
-        &["sandboxes", &args.id, "lifecycle"],
-        &crate::commands::body(&patch)?,
-    )?;
-    lifecycle::print(&reply, "PATCH /v1/sandboxes/{id}/lifecycle", ctx)
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    // The group makes one of the two required.
+    let persistent = args.value.or(args.persistent).unwrap_or(true);
+    let l = ctx.block(sandbox.set_persistent(persistent))?;
+    lifecycle::print(&l, ctx)
 }

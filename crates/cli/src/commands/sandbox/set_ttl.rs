@@ -3,9 +3,8 @@
 
 use super::lifecycle;
 use crate::commands::Ctx;
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use clap::{ArgGroup, Args};
-use pandastack_api::LifecyclePatch;
 
 /// Flags of `sandbox set-ttl`.
 #[derive(Debug, Clone, Args)]
@@ -24,13 +23,12 @@ pub struct SetTtlArgs {
 
 /// Sets the TTL and prints the lifecycle.
 pub fn run(args: &SetTtlArgs, ctx: &Ctx) -> Result<()> {
-    let patch = LifecyclePatch {
-        ttl_seconds: args.secs.or(args.ttl),
-        persistent: None,
-    };
-    let reply = ctx.client()?.patch_json(
-        &["sandboxes", &args.id, "lifecycle"],
-        &crate::commands::body(&patch)?,
-    )?;
-    lifecycle::print(&reply, "PATCH /v1/sandboxes/{id}/lifecycle", ctx)
+    let secs = args
+        .secs
+        .or(args.ttl)
+        .ok_or_else(|| CliError::Usage("give the TTL as SECS or --ttl SECS".into()))?;
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(&args.id))?;
+    let l = ctx.block(sandbox.set_ttl(secs))?;
+    lifecycle::print(&l, ctx)
 }

@@ -2,8 +2,7 @@
 //! (contract §2.2; seed 003). The reply body is not used; the server answers 409 naming the
 //! current state when the transition is not allowed from it.
 
-use crate::client::Timeout;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::Result;
 use crate::output;
 
@@ -44,11 +43,18 @@ impl Transition {
 
 /// Requests the transition; prints e.g. `paused sandbox ID`.
 pub fn run(t: Transition, id: &str, ctx: &Ctx) -> Result<()> {
-    let reply = ctx
-        .client()?
-        .post_json(&["sandboxes", id, t.verb()], None, Timeout::Slow)?;
+    let client = ctx.client()?;
+    let sandbox = ctx.block(client.sandboxes().get(id))?;
+    let after = ctx.block(async {
+        match t {
+            Transition::Pause => sandbox.pause().await,
+            Transition::Resume => sandbox.resume().await,
+            Transition::Hibernate => sandbox.hibernate().await,
+            Transition::Wake => sandbox.wake().await,
+        }
+    })?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&after);
     }
     output::line(&format!("{} sandbox {id}", t.done()))
 }

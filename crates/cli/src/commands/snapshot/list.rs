@@ -1,12 +1,12 @@
-//! `snapshot list [--sandbox ID]`: `GET /v1/snapshots[?sandbox_id=ID]`, a bare array or
-//! `{"snapshots": [...]}` (contract §2.7). Table of the documented keys: `id`, `sandbox_id`,
-//! `template`, `size_bytes`, `created_at` (missing ones show `-`).
+//! `snapshot list [--sandbox ID]`: `GET /v1/snapshots[?sandbox_id=ID]` (`{"snapshots":
+//! [...]}`, contract §2.7). Table of the documented keys: `id`, `sandbox_id`, `template`,
+//! `size_bytes`, `created_at`.
 
-use crate::commands::Ctx;
-use crate::error::{CliError, Result};
+use crate::commands::{print_json, Ctx};
+use crate::error::Result;
 use crate::output;
 use clap::Args;
-use serde_json::Value;
+use pandastack_api::{Snapshot, SnapshotList};
 
 /// Flags of `snapshot list`.
 #[derive(Debug, Clone, Args)]
@@ -16,39 +16,26 @@ pub struct ListArgs {
     pub sandbox: Option<String>,
 }
 
-/// One table row of a snapshot object.
-pub fn row(s: &Value) -> Vec<String> {
-    let size = s
-        .get("size_bytes")
-        .and_then(Value::as_u64)
-        .map(output::bytes)
-        .unwrap_or_else(|| "-".into());
+/// One table row of a snapshot.
+pub fn row(s: &Snapshot) -> Vec<String> {
     vec![
-        output::cell(s.get("id")),
-        output::cell(s.get("sandbox_id")),
-        output::cell(s.get("template")),
-        size,
-        output::cell(s.get("created_at")),
+        s.id.clone(),
+        s.sandbox_id.clone(),
+        s.template.clone(),
+        output::bytes(s.size_bytes.max(0) as u64),
+        s.created_at.clone(),
     ]
 }
 
 /// Prints the snapshots.
 pub fn run(args: &ListArgs, ctx: &Ctx) -> Result<()> {
-    let query: Vec<(&str, &str)> = args
-        .sandbox
-        .as_deref()
-        .map(|s| vec![("sandbox_id", s)])
-        .unwrap_or_default();
-    let reply = ctx.client()?.get_json(&["snapshots"], &query)?;
+    let client = ctx.client()?;
+    let snapshots = ctx.block(client.snapshots().list(args.sandbox.as_deref()))?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&SnapshotList { snapshots });
     }
-    let items = output::list_items(&reply, &["snapshots"]).ok_or_else(|| CliError::BadReply {
-        what: "GET /v1/snapshots".into(),
-        detail: "not a list of snapshots".into(),
-    })?;
     output::table(
         &["ID", "SANDBOX", "TEMPLATE", "SIZE", "CREATED"],
-        &items.iter().map(row).collect::<Vec<_>>(),
+        &snapshots.iter().map(row).collect::<Vec<_>>(),
     )
 }

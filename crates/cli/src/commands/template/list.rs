@@ -1,33 +1,29 @@
 //! `template list`: `GET /v1/templates` (a bare array of templates, contract §2.8).
 
-use crate::commands::Ctx;
-use crate::error::{CliError, Result};
-use crate::output::{self, decode};
-use pandastack_api::Template;
+use crate::commands::{print_json, Ctx};
+use crate::error::Result;
+use crate::output;
 
 /// Prints the templates.
 pub fn run(ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.get_json(&["templates"], &[])?;
+    let client = ctx.client()?;
+    let templates = ctx.block(client.templates().list())?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&templates);
     }
-    let what = "GET /v1/templates";
-    let items = output::list_items(&reply, &["items"]).ok_or_else(|| CliError::BadReply {
-        what: what.into(),
-        detail: "not a list of templates".into(),
-    })?;
-    let mut rows = Vec::with_capacity(items.len());
-    for item in items {
-        let t: Template = decode(item, what)?;
-        rows.push(vec![
-            t.name,
-            t.generation.to_string(),
-            output::bytes(t.size_bytes),
-            t.cpu.to_string(),
-            t.memory_mb.to_string(),
-            t.description,
-        ]);
-    }
+    let rows: Vec<Vec<String>> = templates
+        .into_iter()
+        .map(|t| {
+            vec![
+                t.name,
+                t.generation.to_string(),
+                output::bytes(t.size_bytes),
+                t.cpu.to_string(),
+                t.memory_mb.to_string(),
+                t.description,
+            ]
+        })
+        .collect();
     output::table(
         &[
             "NAME",

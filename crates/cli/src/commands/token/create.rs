@@ -2,12 +2,10 @@
 //! "expires_in_days"?}`. Prints `token  <secret>` first, then prefix, label and expiry; the
 //! secret cannot be shown again.
 
-use crate::client::Timeout;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::Result;
-use crate::output::{self, decode};
+use crate::output;
 use clap::Args;
-use pandastack_api::{CreateToken, Token};
 
 /// Flags of `token create`.
 #[derive(Debug, Clone, Args)]
@@ -22,19 +20,12 @@ pub struct CreateArgs {
 
 /// Creates the key and prints it.
 pub fn run(args: &CreateArgs, ctx: &Ctx) -> Result<()> {
-    let req = CreateToken {
-        label: args.label.clone(),
-        expires_in_days: args.expires_in_days,
-    };
-    let reply = ctx.client()?.post_json(
-        &["me", "tokens"],
-        Some(&crate::commands::body(&req)?),
-        Timeout::Normal,
-    )?;
+    let client = ctx.client()?;
+    let label = args.label.as_deref().unwrap_or("token");
+    let t = ctx.block(client.tokens().create(label, args.expires_in_days))?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&t);
     }
-    let t: Token = decode(&reply, "POST /v1/me/tokens")?;
     output::pairs(&[
         ("token", t.token.unwrap_or_else(|| "-".into())),
         ("prefix", t.prefix),

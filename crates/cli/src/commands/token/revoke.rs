@@ -4,11 +4,12 @@ use crate::commands::Ctx;
 use crate::error::Result;
 use crate::output;
 
-/// Revokes the key; prints `revoked token PREFIX`.
+/// Revokes the key; prints `revoked token PREFIX` (nothing with `-o json`).
 pub fn run(prefix: &str, ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.delete(&["me", "tokens", prefix], &[])?;
+    let client = ctx.client()?;
+    ctx.block(client.tokens().revoke(prefix))?;
     if ctx.json() {
-        return output::json(&reply);
+        return Ok(());
     }
     output::line(&format!("revoked token {prefix}"))
 }
