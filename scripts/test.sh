@@ -247,7 +247,7 @@ cargo_test() {
 make_venv() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || return 1
   "$VENV/bin/pip" install -q --disable-pip-version-check \
-    'pandastack==0.10.0' pytest pytest-timeout requests prometheus_client
+    'pandastack==0.10.0' pytest pytest-timeout requests prometheus_client 'mcp==2.3.0'
 }
 
 npm_install() {

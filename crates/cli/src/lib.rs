@@ -67,6 +67,9 @@ pub enum Command {
     Token(commands::token::TokenArgs),
     /// Save or check the server URL and API key the CLI uses.
     Auth(commands::auth::AuthArgs),
+    /// Serve the MCP tools (sandboxes, run_code, files, snapshots) on stdin/stdout for a
+    /// desktop agent host, against PANDASTACK_API with PANDASTACK_API_KEY.
+    Mcp(commands::mcp::McpArgs),
     /// Print a shell completion script for the client commands.
     Completions(commands::completions::CompletionsArgs),
     /// Print the client version.

@@ -65,6 +65,9 @@ struct ServerArgs {
     /// Idle seconds after which a persistent sandbox is hibernated (seed 003: 5 minutes).
     #[arg(long, env = "PANDASTACK_IDLE_HIBERNATE_SECONDS", default_value_t = 300)]
     idle_hibernate_seconds: i64,
+    /// MCP tool calls per second per workspace at `/mcp`, bursts of twice that (0: no limit).
+    #[arg(long, env = "PANDASTACK_MCP_CALLS_PER_SECOND", default_value_t = pandastack_cli::commands::mcp::DEFAULT_CALLS_PER_SECOND)]
+    mcp_calls_per_second: f64,
 }
 
 #[derive(Args)]
@@ -151,6 +154,7 @@ fn main() -> Result<()> {
                 pool_size: a.pool_size,
                 idle_hibernate_seconds: a.idle_hibernate_seconds,
                 shim_command: vec![exe.display().to_string(), "shim".into()],
+                mcp_calls_per_second: a.mcp_calls_per_second,
             };
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(pandastack_server::run(cfg)).context("server")?;

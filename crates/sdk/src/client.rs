@@ -185,6 +185,22 @@ impl Client {
         Client::builder().api_url(api_url).api_key(api_key).build()
     }
 
+    /// The same server and settings with another API key, sharing this client's connection
+    /// pool (a server acting for many callers, e.g. the MCP endpoint).
+    pub fn with_api_key(&self, key: &str) -> Client {
+        let i = &self.inner;
+        Client {
+            inner: Arc::new(Inner {
+                http: i.http.clone(),
+                base: i.base.clone(),
+                key: key.trim().to_string(),
+                timeout: i.timeout,
+                ready_timeout: i.ready_timeout,
+                max_create_retry: i.max_create_retry,
+            }),
+        }
+    }
+
     /// The base URL, e.g. `http://127.0.0.1:7700/`.
     pub fn base_url(&self) -> &Url {
         &self.inner.base

@@ -72,6 +72,19 @@ impl CodeContext {
         &self.info
     }
 
+    /// The sandbox the context is in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
+    /// The same context reached through `client` (e.g. another key of the same workspace).
+    pub fn with_client(&self, client: crate::Client) -> CodeContext {
+        CodeContext {
+            sandbox: self.sandbox.with_client(client),
+            info: self.info.clone(),
+        }
+    }
+
     /// Runs `code` in the kernel with no time limit. An exception in the cell is not an error:
     /// it is in [`Execution::error`], as in both SDKs.
     ///

@@ -144,6 +144,14 @@ impl Sandbox {
         &self.client
     }
 
+    /// The same sandbox reached through `client` (e.g. another key of the same workspace).
+    pub fn with_client(&self, client: Client) -> Sandbox {
+        Sandbox {
+            client,
+            info: self.info.clone(),
+        }
+    }
+
     fn call(&self, method: Method, rest: &[&str]) -> Call {
         let mut segments = vec!["sandboxes", self.id()];
         segments.extend_from_slice(rest);

@@ -31,6 +31,8 @@ use tracing::info;
 #[derive(Clone)]
 pub struct AppState {
     pub host: Arc<Host>,
+    /// The MCP endpoint served at `/mcp` (`api::mcp`).
+    pub mcp: api::mcp::Endpoint,
 }
 
 /// The whole HTTP application; tests call it directly.
@@ -50,6 +52,7 @@ pub fn app(state: AppState) -> Router {
         .merge(api::tokens::router());
     Router::new()
         .nest("/v1", v1)
+        .nest_service("/mcp", api::mcp::service(state.clone()))
         .route("/health", axum::routing::get(|| async { "ok" }))
         .route(
             "/metrics",
@@ -76,6 +79,8 @@ pub struct ServerConfig {
     pub pool_size: usize,
     /// How to start a shim: this binary plus `shim`.
     pub shim_command: Vec<String>,
+    /// MCP tool calls allowed per second per workspace (bursts of twice that); 0: no limit.
+    pub mcp_calls_per_second: f64,
 }
 
 /// Errors that stop the server from starting.
@@ -130,8 +135,10 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     host.spawn_health_monitor();
     host.prepare_template_images();
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+    let mcp = api::mcp::Endpoint::new(listener.local_addr()?, cfg.mcp_calls_per_second)
+        .map_err(|e| StartError::Recover(format!("mcp endpoint: {e}")))?;
     info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "pandastack server listening");
-    axum::serve(listener, app(AppState { host }))
+    axum::serve(listener, app(AppState { host, mcp }))
         .tcp_nodelay(true)
         .await?;
     Ok(())

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod completions;
 pub mod fs;
+pub mod mcp;
 pub mod sandbox;
 pub mod snapshot;
 pub mod template;
@@ -102,6 +103,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Template(a) => template::run(a.command, &Ctx::new(&a.opts)?),
         Command::Token(a) => token::run(a.command, &Ctx::new(&a.opts)?),
         Command::Auth(a) => auth::run(a.command, &Ctx::new(&a.opts)?),
+        Command::Mcp(a) => mcp::run(&a, &Ctx::new(&GlobalOpts::default())?).map(|_| 0),
         Command::Completions(a) => completions::run(&a).map(|_| 0),
         Command::Version(a) => version::run(&Ctx::new(&a.opts)?).map(|_| 0),
     }

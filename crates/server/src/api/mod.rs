@@ -8,6 +8,7 @@ pub mod fork;
 pub mod fs;
 pub mod lifecycle;
 pub mod logs;
+pub mod mcp;
 pub mod metrics;
 pub mod repl;
 pub mod sandboxes;
