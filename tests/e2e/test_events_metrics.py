@@ -7,6 +7,7 @@ never show up in listings or in the server's log.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -104,7 +105,9 @@ def test_events_stream_create_pause_resume_hibernate_wake_kill_in_order_within_1
 
 
 def _scrape(url: str) -> tuple[dict[str, str], list[tuple[str, dict, float]]]:
-    r = requests.get(f"{url}/metrics", timeout=30)
+    # /metrics needs an API key unless the server runs with --public-metrics (issue 8).
+    key = os.environ["PANDASTACK_API_KEY"]
+    r = requests.get(f"{url}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=30)
     assert r.status_code == 200, r.text[:300]
     assert r.headers.get("content-type", "").startswith("text/plain"), r.headers
     types: dict[str, str] = {}

@@ -166,7 +166,8 @@ def test_prometheus_metrics_parse(server, warm):
     sandbox, _ = warm
     sandbox.exec("true")
     start = time.monotonic()
-    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    auth = {"Authorization": f"Bearer {server.admin_key()}"}
+    text = requests.get(f"{server.url}/metrics", headers=auth, timeout=10).text
     assert time.monotonic() - start < 5
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families, text[:500]

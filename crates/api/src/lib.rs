@@ -20,8 +20,7 @@ pub use snapshots::{Snapshot, SnapshotList};
 pub use stream::{ExecChunk, ExecExit, LogLine, StreamError};
 
 /// `POST /v1/sandboxes` body (contract §2.1 "Create body"). Unknown keys are rejected so that a
-/// typo is a 400 naming the field, except `cpu`/`memory_mb`, which old clients may send and
-/// which come from the template (or snapshot) instead.
+/// typo is a 400 naming the field.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
@@ -45,10 +44,12 @@ pub struct CreateSandbox {
     /// Environment for every exec and kernel of the sandbox. Never echoed back.
     #[serde(default)]
     pub envs: Option<BTreeMap<String, String>>,
-    /// Accepted and ignored: resources come from the template (contract §2.1: SDKs no longer
-    /// send these).
+    /// Whole CPUs. Sizes come from the template (seed 000): a value other than the template's
+    /// is a 400; with `from_snapshot` the snapshot's sizes win and it is ignored. The SDKs no
+    /// longer send it (contract §2.1).
     #[serde(default)]
     pub cpu: Option<serde_json::Value>,
+    /// MiB; as `cpu`.
     #[serde(default)]
     pub memory_mb: Option<serde_json::Value>,
 }
@@ -114,6 +115,11 @@ pub struct ExecResult {
     pub stderr: String,
     pub exit_code: i32,
     pub duration_ms: u64,
+    /// True when stdout or stderr went past the server's cap for a non-streaming exec (16 MiB
+    /// per stream) and the rest was dropped; large output belongs to `exec/stream` or a file.
+    /// An extra key: the SDKs ignore it (contract §4).
+    #[serde(default)]
+    pub truncated: bool,
 }
 
 /// `POST .../repl/sessions` body.

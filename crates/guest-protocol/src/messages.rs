@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 /// Request id chosen by the host; replies and stream items carry the same id.
 pub type RequestId = u64;
 
+/// Feature name: the guest honours [`HostMsg::FileRead`]'s `window` and [`HostMsg::FileReadAck`].
+pub const FEATURE_READ_WINDOW: &str = "read_window";
+
 /// A message from the host to the guest daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -38,7 +41,17 @@ pub enum HostMsg {
     /// Kills the process group of exec `id` (SIGKILL) if it is still running.
     ExecKill { id: RequestId },
     /// Reads a file: answered by [`GuestMsg::FileChunk`] frames then [`GuestMsg::FileEnd`].
-    FileRead { id: RequestId, path: String },
+    /// With `window` (a guest whose `HelloOk` lists [`FEATURE_READ_WINDOW`]) the guest keeps at
+    /// most that many chunks unacknowledged ([`HostMsg::FileReadAck`]), so a slow reader holds
+    /// up its own download only, never the connection. [`HostMsg::FileAbort`] ends the read.
+    FileRead {
+        id: RequestId,
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u32>,
+    },
+    /// The host consumed one chunk of read `id` (see [`HostMsg::FileRead`]'s `window`). No reply.
+    FileReadAck { id: RequestId },
     /// Starts an atomic write of `path` (temp file beside it, renamed on [`HostMsg::FileEnd`]).
     /// Missing parent directories are created. Chunks follow as [`HostMsg::FileChunk`].
     FileWrite { id: RequestId, path: String },
@@ -47,7 +60,7 @@ pub enum HostMsg {
     /// The write `id` is complete: fsync-free rename into place, answered by
     /// [`GuestMsg::FileWritten`].
     FileEnd { id: RequestId },
-    /// Abandons write `id` and removes its temp file.
+    /// Abandons write `id` and removes its temp file, or stops read `id`.
     FileAbort { id: RequestId },
     /// Lists a directory: answered by [`GuestMsg::DirList`].
     ListDir { id: RequestId, path: String },
@@ -93,6 +106,7 @@ impl HostMsg {
             | ExecStdin { id }
             | ExecKill { id }
             | FileRead { id, .. }
+            | FileReadAck { id }
             | FileWrite { id, .. }
             | FileChunk { id }
             | FileEnd { id }
@@ -131,6 +145,10 @@ pub enum ErrorCode {
     Io,
     /// A kernel died or could not start (HTTP 500).
     Kernel,
+    /// The path may not be changed: a read-only filesystem or no permission (HTTP 403).
+    Denied,
+    /// The sandbox's disk is full (its quota is used up; HTTP 507).
+    NoSpace,
 }
 
 /// One directory entry or stat result.
@@ -187,6 +205,11 @@ pub enum GuestMsg {
         id: RequestId,
         version: u32,
         guest_version: String,
+        /// Optional capabilities added within this protocol version (e.g.
+        /// [`FEATURE_READ_WINDOW`]); a host uses one only when the guest lists it, so hosts and
+        /// guests of different builds keep talking.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        features: Vec<String>,
     },
     Pong {
         id: RequestId,

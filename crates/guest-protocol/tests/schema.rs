@@ -82,3 +82,15 @@ fn v1_guest_messages_are_frozen() {
     let m: HostMsg = serde_json::from_str(r#"{"type":"exec","id":1,"cmd":"true"}"#).unwrap();
     assert_eq!(m.id(), 1);
 }
+
+/// Error codes added within v1: a guest sends them only to a host of the same build (the guest
+/// directory is content-addressed per server build), and no v1 shape above changed.
+#[test]
+fn v1_additive_error_codes() {
+    for (code, name) in [
+        (ErrorCode::Denied, "denied"),
+        (ErrorCode::NoSpace, "no_space"),
+    ] {
+        assert_eq!(json(&code), format!("\"{name}\""));
+    }
+}

@@ -6,7 +6,7 @@
 use crate::channel::Out;
 use crate::error::OpError;
 use crate::exec::Execs;
-use crate::files::{self, Uploads};
+use crate::files::{self, ReadWindows, Uploads};
 use crate::kernel::Kernels;
 use crate::reaper::Reaper;
 use crate::setup::Config;
@@ -21,6 +21,8 @@ pub struct Ctx {
     pub config: Arc<Config>,
     pub execs: Arc<Execs>,
     pub kernels: Arc<Kernels>,
+    /// Flow-controlled file reads in progress.
+    pub reads: Arc<ReadWindows>,
 }
 
 /// The guest state owned by the reader thread.
@@ -43,6 +45,7 @@ impl Guest {
             config: Arc::new(config),
             execs: Arc::new(Execs::default()),
             kernels: Arc::new(Kernels::default()),
+            reads: Arc::new(ReadWindows::default()),
         };
         Guest {
             ctx,
@@ -99,13 +102,23 @@ impl Guest {
                 crate::exec::kill(ctx, id);
                 Ok(())
             }
-            HostMsg::FileRead { path, .. } => {
-                background(ctx, id, move |c| files::read(c, id, &path))
+            HostMsg::FileRead { path, window, .. } => {
+                background(ctx, id, move |c| files::read(c, id, &path, window))
+            }
+            HostMsg::FileReadAck { .. } => {
+                ctx.reads.ack(id);
+                Ok(())
             }
             HostMsg::FileWrite { path, .. } => self.uploads.begin(id, &path),
             HostMsg::FileChunk { .. } => self.uploads.chunk(id, &body),
             HostMsg::FileEnd { .. } => self.uploads.end(&ctx.out, id),
-            HostMsg::FileAbort { .. } => self.uploads.abort(&ctx.out, id),
+            HostMsg::FileAbort { .. } => {
+                if ctx.reads.abort(id) {
+                    Ok(())
+                } else {
+                    self.uploads.abort(&ctx.out, id)
+                }
+            }
             HostMsg::ListDir { path, .. } => background(ctx, id, move |c| {
                 let entries = files::list(&path)?;
                 c.out.send(&GuestMsg::DirList { id, entries });
@@ -162,6 +175,7 @@ fn hello(ctx: &Ctx, id: RequestId, version: u32) {
             id,
             version: PROTOCOL_VERSION,
             guest_version,
+            features: vec![pandastack_guest_protocol::FEATURE_READ_WINDOW.to_string()],
         });
     } else {
         let message =

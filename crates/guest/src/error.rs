@@ -34,7 +34,8 @@ impl OpError {
     }
 
     /// Maps an OS error on `what` (usually a path) to a category: missing -> NotFound, a
-    /// directory where a file was expected (or the reverse) -> Invalid, anything else -> Io.
+    /// directory where a file was expected (or the reverse) -> Invalid, read-only or not
+    /// permitted -> Denied, disk full -> NoSpace, anything else -> Io.
     pub fn io(what: &str, err: &io::Error) -> Self {
         let code = match err.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => ErrorCode::NotFound,
@@ -42,6 +43,8 @@ impl OpError {
             | Some(libc::EEXIST)
             | Some(libc::ENOTEMPTY)
             | Some(libc::EINVAL) => ErrorCode::Invalid,
+            Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => ErrorCode::Denied,
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorCode::NoSpace,
             _ if err.kind() == io::ErrorKind::NotFound => ErrorCode::NotFound,
             _ if err.kind() == io::ErrorKind::InvalidInput => ErrorCode::Invalid,
             _ => ErrorCode::Io,
@@ -76,6 +79,11 @@ mod tests {
         let e = OpError::io("/d", &io::Error::from_raw_os_error(libc::EISDIR));
         assert_eq!(e.code, ErrorCode::Invalid);
         let e = OpError::io("/d", &io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(e.code, ErrorCode::NoSpace);
+        let e = OpError::io("/.pandastack/x", &io::Error::from_raw_os_error(libc::EROFS));
+        assert_eq!(e.code, ErrorCode::Denied);
+        assert_eq!(e.message, "/.pandastack/x: read-only file system");
+        let e = OpError::io("/d", &io::Error::from_raw_os_error(libc::EIO));
         assert_eq!(e.code, ErrorCode::Io);
     }
 }

@@ -7,6 +7,8 @@ use pandastack_guest_protocol::{ErrorCode, GuestMsg, HostMsg};
 use std::path::PathBuf;
 use std::time::Duration;
 
+const MIB: usize = 1024 * 1024;
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pg-files-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -35,6 +37,7 @@ fn read(g: &Guest, path: &str) -> Result<Vec<u8>, (ErrorCode, String)> {
     for (msg, body) in g.call(HostMsg::FileRead {
         id,
         path: path.into(),
+        window: None,
     }) {
         match msg {
             GuestMsg::FileChunk { .. } => {
@@ -226,4 +229,66 @@ fn list_stat_remove_mkdir() {
     );
     assert!(dir.join("b.txt").exists());
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_windowed_read_waits_for_acks_and_stops_when_aborted() {
+    let g = Guest::start();
+    let dir = scratch("window");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("five.bin");
+    let data: Vec<u8> = (0..5 * MIB + 1).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&file, &data).unwrap();
+    let path = file.to_string_lossy().to_string();
+
+    let id = g.id();
+    g.send(
+        &HostMsg::FileRead {
+            id,
+            path: path.clone(),
+            window: Some(2),
+        },
+        Vec::new(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        g.received(id),
+        2,
+        "more chunks than the window before any ack"
+    );
+    // Six chunks in all (five full, one of a single byte), then FileEnd.
+    for _ in 0..4 {
+        g.send(&HostMsg::FileReadAck { id }, Vec::new());
+    }
+    let mut got = Vec::new();
+    for (msg, body) in g.wait(id, Duration::from_secs(10)) {
+        match msg {
+            GuestMsg::FileChunk { .. } => got.extend(body),
+            GuestMsg::FileEnd { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(got, data);
+
+    let id = g.id();
+    g.send(
+        &HostMsg::FileRead {
+            id,
+            path,
+            window: Some(1),
+        },
+        Vec::new(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(g.received(id), 1);
+    g.send(&HostMsg::FileAbort { id }, Vec::new());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(g.received(id), 1, "an aborted read kept sending");
+    // The guest still answers other requests.
+    let ping = g.id();
+    assert!(matches!(
+        g.call(HostMsg::Ping { id: ping }).last().unwrap().0,
+        GuestMsg::Pong { .. }
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -68,6 +68,9 @@ struct ServerArgs {
     /// MCP tool calls per second per workspace at `/mcp`, bursts of twice that (0: no limit).
     #[arg(long, env = "PANDASTACK_MCP_CALLS_PER_SECOND", default_value_t = pandastack_cli::commands::mcp::DEFAULT_CALLS_PER_SECOND)]
     mcp_calls_per_second: f64,
+    /// Serve GET /metrics without an API key (by default any valid key is needed).
+    #[arg(long, env = "PANDASTACK_PUBLIC_METRICS")]
+    public_metrics: bool,
 }
 
 #[derive(Args)]
@@ -155,6 +158,7 @@ fn main() -> Result<()> {
                 idle_hibernate_seconds: a.idle_hibernate_seconds,
                 shim_command: vec![exe.display().to_string(), "shim".into()],
                 mcp_calls_per_second: a.mcp_calls_per_second,
+                public_metrics: a.public_metrics,
             };
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(pandastack_server::run(cfg)).context("server")?;

@@ -100,25 +100,28 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The caller named by a request's `Authorization: Bearer <key>` header.
+///
+/// # Errors
+/// 401 when the header is missing, malformed, or names no valid key.
+pub fn from_headers(store: &Store, headers: &axum::http::HeaderMap) -> Result<Caller, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <API key>".into()))?;
+    let key = header
+        .strip_prefix("Bearer ")
+        .or_else(|| header.strip_prefix("bearer "))
+        .ok_or_else(|| ApiError::Unauthorized("Authorization must be 'Bearer <API key>'".into()))?;
+    authenticate(store, key.trim())
+}
+
 #[async_trait]
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                ApiError::Unauthorized("missing Authorization: Bearer <API key>".into())
-            })?;
-        let key = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .ok_or_else(|| {
-                ApiError::Unauthorized("Authorization must be 'Bearer <API key>'".into())
-            })?;
-        authenticate(&state.host.store, key.trim())
+        from_headers(&state.host.store, &parts.headers)
     }
 }
 

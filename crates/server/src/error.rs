@@ -18,9 +18,30 @@ pub enum ApiError {
     /// 404: no such resource in the caller's workspace.
     #[error("{0}")]
     NotFound(String),
+    /// 403: the operation is not permitted on this resource (e.g. writing a read-only path).
+    #[error("{0}")]
+    Forbidden(String),
     /// 409: the resource's state forbids the operation; the message names the state.
     #[error("{0}")]
     Conflict(String),
+    /// 413: the request body is larger than the endpoint accepts.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// 429: a workspace quota or rate limit. With `retry_after_s` the reply carries
+    /// `Retry-After` (the Python SDK retries creates on 429 only then, contract §1.4); a quota
+    /// that waiting cannot lift has none.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_s: Option<u64>,
+    },
+    /// 503 with `Retry-After`: the host is at capacity (contract §1.4: the Python SDK retries
+    /// creates on a 503 with Retry-After and a JSON `error`).
+    #[error("{message}")]
+    Busy { message: String, retry_after_s: u64 },
+    /// 507: not enough storage (the host's disk reserve, or the sandbox's own disk quota).
+    #[error("{0}")]
+    InsufficientStorage(String),
     /// 500 with a message safe to show (e.g. "kernel died").
     #[error("{0}")]
     Internal(String),
@@ -40,7 +61,12 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -69,13 +95,25 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        (
+        let retry_after = match &self {
+            ApiError::Busy { retry_after_s, .. } => Some(*retry_after_s),
+            ApiError::TooManyRequests { retry_after_s, .. } => *retry_after_s,
+            _ => None,
+        };
+        let mut resp = (
             status,
             axum::Json(ErrorBody {
                 error: self.to_string(),
             }),
         )
-            .into_response()
+            .into_response();
+        if let Some(secs) = retry_after {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(secs.max(1)),
+            );
+        }
+        resp
     }
 }
 
@@ -108,6 +146,8 @@ pub fn from_guest(code: pandastack_guest_protocol::ErrorCode, message: String) -
     match code {
         NotFound => ApiError::NotFound(message),
         Invalid => ApiError::BadRequest(message),
+        Denied => ApiError::Forbidden(message),
+        NoSpace => ApiError::InsufficientStorage(format!("sandbox disk is full: {message}")),
         Version | Io | Kernel => ApiError::Internal(message),
     }
 }

@@ -16,9 +16,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonBody<
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::BadRequest(format!("unreadable request body: {e}")))?;
+        let bytes = body_bytes(req, state).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(JsonBody(T::default()));
         }
@@ -34,9 +32,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for RequiredJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::BadRequest(format!("unreadable request body: {e}")))?;
+        let bytes = body_bytes(req, state).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(ApiError::BadRequest(
                 "request body is required (JSON)".into(),
@@ -44,6 +40,30 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for RequiredJson<T> {
         }
         decode(&bytes).map(RequiredJson)
     }
+}
+
+/// Largest JSON request body, bytes (8 MiB: room for a large code cell). File uploads stream
+/// and are not limited by this.
+pub const MAX_JSON_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Reads a whole JSON body of at most [`MAX_JSON_BODY_BYTES`].
+///
+/// # Errors
+/// 413 past the limit; 400 when the body cannot be read.
+async fn body_bytes<S: Send + Sync>(req: Request, _state: &S) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(req.into_body(), MAX_JSON_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            let inner = e.into_inner();
+            if inner.is::<http_body_util::LengthLimitError>() {
+                ApiError::PayloadTooLarge(format!(
+                    "request body is larger than {} MiB",
+                    MAX_JSON_BODY_BYTES / (1024 * 1024)
+                ))
+            } else {
+                ApiError::BadRequest(format!("unreadable request body: {inner}"))
+            }
+        })
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -66,6 +86,81 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             ApiError::BadRequest(format!("invalid request body: {path}: {inner}"))
         }
     })
+}
+
+/// Checks environment variables for `field` (`envs` of a create, `env` of an exec): names must
+/// be non-empty and free of `=` and NUL, values free of NUL (execve cannot carry them).
+///
+/// # Errors
+/// 400 naming the field and the variable.
+pub fn env_vars(
+    field: &str,
+    vars: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<(), ApiError> {
+    for (k, v) in vars.into_iter().flatten() {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(ApiError::BadRequest(format!(
+                "{field}: invalid variable name '{}' (it must be non-empty, without '=' or NUL)",
+                truncate(&k.replace('\0', "\\0"))
+            )));
+        }
+        if v.contains('\0') {
+            return Err(ApiError::BadRequest(format!(
+                "{field}: the value of '{}' contains a NUL byte",
+                truncate(k)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Most metadata keys a sandbox may carry.
+pub const MAX_METADATA_KEYS: usize = 64;
+/// Longest metadata key, bytes.
+pub const MAX_METADATA_KEY_BYTES: usize = 256;
+/// Longest metadata value, bytes.
+pub const MAX_METADATA_VALUE_BYTES: usize = 4096;
+/// Largest metadata map (keys plus values), bytes.
+pub const MAX_METADATA_BYTES: usize = 32 * 1024;
+
+/// Checks a metadata map (create, fork, fork-tree): at most [`MAX_METADATA_KEYS`] keys, keys
+/// non-empty and up to [`MAX_METADATA_KEY_BYTES`], values up to [`MAX_METADATA_VALUE_BYTES`],
+/// [`MAX_METADATA_BYTES`] in all. Metadata is echoed in every sandbox reply and listed for
+/// every sandbox, so it stays small.
+///
+/// # Errors
+/// 400 naming `metadata` and the limit.
+pub fn metadata(map: Option<&std::collections::BTreeMap<String, String>>) -> Result<(), ApiError> {
+    let Some(map) = map else { return Ok(()) };
+    if map.len() > MAX_METADATA_KEYS {
+        return Err(ApiError::BadRequest(format!(
+            "metadata: at most {MAX_METADATA_KEYS} keys, got {}",
+            map.len()
+        )));
+    }
+    let mut total = 0;
+    for (k, v) in map {
+        if k.is_empty() || k.len() > MAX_METADATA_KEY_BYTES {
+            return Err(ApiError::BadRequest(format!(
+                "metadata: keys must be 1 to {MAX_METADATA_KEY_BYTES} bytes, got {} bytes",
+                k.len()
+            )));
+        }
+        if v.len() > MAX_METADATA_VALUE_BYTES {
+            return Err(ApiError::BadRequest(format!(
+                "metadata: the value of '{}' is {} bytes; at most {MAX_METADATA_VALUE_BYTES}",
+                truncate(k),
+                v.len()
+            )));
+        }
+        total += k.len() + v.len();
+    }
+    if total > MAX_METADATA_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "metadata: {total} bytes in all; at most {MAX_METADATA_BYTES}"
+        )));
+    }
+    Ok(())
 }
 
 /// Checks that a path parameter is a sandbox id (a UUID).
@@ -127,6 +222,43 @@ mod tests {
     fn ids_must_be_uuids() {
         assert!(sandbox_id("0b0e6f0a-0000-4000-8000-000000000000").is_ok());
         assert!(sandbox_id("../etc").is_err());
+    }
+
+    #[test]
+    fn metadata_is_bounded() {
+        use std::collections::BTreeMap;
+        let ok = BTreeMap::from([("job".to_string(), "demo".to_string())]);
+        assert!(metadata(Some(&ok)).is_ok());
+        assert!(metadata(None).is_ok());
+        let many: BTreeMap<_, _> = (0..=MAX_METADATA_KEYS)
+            .map(|i| (format!("k{i}"), String::new()))
+            .collect();
+        assert!(metadata(Some(&many))
+            .unwrap_err()
+            .to_string()
+            .contains("keys"));
+        let long = BTreeMap::from([("k".to_string(), "v".repeat(MAX_METADATA_VALUE_BYTES + 1))]);
+        assert!(metadata(Some(&long)).is_err());
+        let total: BTreeMap<_, _> = (0..10)
+            .map(|i| (format!("k{i}"), "v".repeat(MAX_METADATA_VALUE_BYTES)))
+            .collect();
+        assert!(metadata(Some(&total))
+            .unwrap_err()
+            .to_string()
+            .contains("in all"));
+    }
+
+    #[tokio::test]
+    async fn oversized_json_bodies_are_413() {
+        let big = vec![b' '; MAX_JSON_BODY_BYTES + 1];
+        let req = Request::builder()
+            .body(axum::body::Body::from(big))
+            .unwrap();
+        let e = body_bytes(req, &()).await.unwrap_err();
+        assert!(matches!(e, ApiError::PayloadTooLarge(_)), "{e:?}");
+        let ok = vec![b' '; 1024];
+        let req = Request::builder().body(axum::body::Body::from(ok)).unwrap();
+        assert_eq!(body_bytes(req, &()).await.unwrap().len(), 1024);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod datadir_lock;
 pub mod error;
 pub mod extract;
 pub mod guest;
@@ -81,6 +82,8 @@ pub struct ServerConfig {
     pub shim_command: Vec<String>,
     /// MCP tool calls allowed per second per workspace (bursts of twice that); 0: no limit.
     pub mcp_calls_per_second: f64,
+    /// Serve `GET /metrics` without an API key (default: any valid key is needed).
+    pub public_metrics: bool,
 }
 
 /// Errors that stop the server from starting.
@@ -94,16 +97,22 @@ pub enum StartError {
     Engine(#[from] pandastack_engine::EngineError),
     #[error("recovery: {0}")]
     Recover(String),
+    #[error("{0}")]
+    Locked(#[from] datadir_lock::LockError),
 }
 
-/// Opens the store, creates the first workspace and admin key on a fresh data dir (printing
+/// Takes the data-dir lock ([`datadir_lock`]), opens the store, creates the first workspace
+/// and admin key on a fresh data dir (printing
 /// the two `export` lines a user needs and writing them to `<data_dir>/admin.env`, mode 0600),
 /// recovers sandboxes, starts the sweepers and serves until the process ends.
 ///
 /// # Errors
-/// [`StartError`] when anything needed to serve is missing.
+/// [`StartError`] when anything needed to serve is missing; [`StartError::Locked`] when another
+/// server holds the data dir.
 pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     std::fs::create_dir_all(&cfg.data_dir)?;
+    // Before the store, recovery or the port: a second server on this data dir touches nothing.
+    let _lock = datadir_lock::DataDirLock::acquire(&cfg.data_dir)?;
     let store = Arc::new(Store::open(&cfg.data_dir.join("store.db"))?);
     bootstrap(&store, &cfg)?;
     let guest_dir = host::install_guest_dir(&cfg.data_dir, &cfg.guest_bin, &cfg.kernel_py)?;
@@ -126,6 +135,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             default_ttl_seconds: 3600,
             pool_size: cfg.pool_size,
             idle_hibernate_seconds: cfg.idle_hibernate_seconds,
+            public_metrics: cfg.public_metrics,
         },
     );
     host.recover()

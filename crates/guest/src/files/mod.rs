@@ -10,7 +10,7 @@ mod write;
 
 pub use list::list;
 pub use make_dir::make_dir;
-pub use read::read;
+pub use read::{read, ReadWindows};
 pub use remove::remove;
 pub use stat::{entry, stat};
 pub use write::Uploads;

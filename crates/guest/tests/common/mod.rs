@@ -141,6 +141,11 @@ impl Guest {
         }
     }
 
+    /// How many replies of `id` have arrived and not been taken by [`Guest::wait`].
+    pub fn received(&self, id: RequestId) -> usize {
+        self.replies.0.lock().unwrap().get(&id).map_or(0, Vec::len)
+    }
+
     /// Sends `msg` (no body) and waits up to 30 s for its replies.
     pub fn call(&self, msg: HostMsg) -> Vec<Reply> {
         let id = msg.id();

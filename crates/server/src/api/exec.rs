@@ -6,7 +6,7 @@
 use crate::auth::Caller;
 use crate::error::{from_guest, ApiError};
 use crate::extract::{sandbox_id, RequiredJson};
-use crate::guest::{GuestConn, Reply};
+use crate::guest::{GuestConn, Replies};
 use crate::host::logs::LogStream;
 use crate::AppState;
 use axum::extract::{Path, State};
@@ -17,12 +17,13 @@ use axum::{Json, Router};
 use futures::Stream;
 use pandastack_api::{ExecRequest, ExecResult};
 use pandastack_guest_protocol::{GuestMsg, HostMsg, OutputStream, RequestId};
-use tokio::sync::mpsc;
 
 /// Timeout when the request gives none, seconds.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
-/// Output kept per stream for a non-streaming exec, bytes; the rest is cut with a note.
-pub const MAX_CAPTURE_BYTES: usize = 64 * 1024 * 1024;
+/// Output kept per stream for a non-streaming exec, bytes (16 MiB); the rest is dropped and the
+/// reply says `truncated: true` (issue 8: eight execs printing 100 MB each must not take the
+/// server's memory with them). `exec/stream` has no cap: it never buffers.
+pub const MAX_CAPTURE_BYTES: usize = 16 * 1024 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -65,14 +66,12 @@ async fn start(
     (
         GuestConn,
         RequestId,
-        mpsc::Receiver<Reply>,
+        Replies,
         std::sync::Arc<crate::host::Live>,
     ),
     ApiError,
 > {
-    if req.cmd.trim().is_empty() {
-        return Err(ApiError::BadRequest("cmd must not be empty".into()));
-    }
+    check_request(req)?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(id)?)?;
     let ready = st.host.ready(&live).await?;
     let mut env = ready.envs.clone();
@@ -90,6 +89,28 @@ async fn start(
     Ok((ready.conn.clone(), rid, rx, live))
 }
 
+/// Rejects what a process could never be started with: an empty command, NUL bytes (in the
+/// command, env or cwd), and env names that are empty or contain `=` (execve would split them).
+///
+/// # Errors
+/// 400 naming the field.
+fn check_request(req: &ExecRequest) -> Result<(), ApiError> {
+    if req.cmd.trim().is_empty() {
+        return Err(ApiError::BadRequest("cmd must not be empty".into()));
+    }
+    if req.cmd.contains('\0') {
+        return Err(ApiError::BadRequest(
+            "cmd must not contain NUL bytes".into(),
+        ));
+    }
+    if req.cwd.as_deref().is_some_and(|c| c.contains('\0')) {
+        return Err(ApiError::BadRequest(
+            "cwd must not contain NUL bytes".into(),
+        ));
+    }
+    crate::extract::env_vars("env", req.env.as_ref())
+}
+
 fn push_capped(buf: &mut Vec<u8>, chunk: &[u8], cut: &mut bool) {
     let room = MAX_CAPTURE_BYTES.saturating_sub(buf.len());
     if chunk.len() > room {
@@ -105,6 +126,7 @@ async fn exec(
     RequiredJson(req): RequiredJson<ExecRequest>,
 ) -> Result<Json<ExecResult>, ApiError> {
     let (conn, rid, mut rx, live) = start(&st, &caller, &id, &req).await?;
+    let _active = live.activity();
     let mut guard = KillOnDrop {
         conn,
         id: rid,
@@ -138,12 +160,7 @@ async fn exec(
                 live.log.flush(LogStream::Stdout);
                 live.log.flush(LogStream::Stderr);
                 live.touch().await;
-                let mut stderr = String::from_utf8_lossy(&err).into_owned();
-                if out_cut || err_cut {
-                    stderr.push_str(&format!(
-                        "\n[pandastack: output cut at {MAX_CAPTURE_BYTES} bytes per stream]\n"
-                    ));
-                }
+
                 if timed_out {
                     // Contract §7: exec timeouts are a 5xx whose message says "timeout", which
                     // both SDKs raise as SandboxTimeout.
@@ -153,10 +170,11 @@ async fn exec(
                     )));
                 }
                 return Ok(Json(ExecResult {
-                    stdout: String::from_utf8_lossy(&out).into_owned(),
-                    stderr,
+                    stdout: text(out),
+                    stderr: text(err),
                     exit_code,
                     duration_ms,
+                    truncated: out_cut || err_cut,
                 }));
             }
             GuestMsg::Error { code, message, .. } => {
@@ -167,9 +185,13 @@ async fn exec(
         }
     }
     guard.disarm();
-    Err(ApiError::Unavailable(
-        "guest channel closed during exec: connection refused".into(),
-    ))
+    Err(live.channel_lost("command").await)
+}
+
+/// Output bytes as a string without a second copy when they are valid UTF-8 (they usually are;
+/// other bytes are replaced).
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 fn event(name: &str, data: serde_json::Value) -> Event {
@@ -177,12 +199,13 @@ fn event(name: &str, data: serde_json::Value) -> Event {
 }
 
 fn sse_stream(
-    mut rx: mpsc::Receiver<Reply>,
+    mut rx: Replies,
     mut guard: KillOnDrop,
     timeout_seconds: u64,
     live: std::sync::Arc<crate::host::Live>,
 ) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
     async_stream::stream! {
+        let _active = live.activity();
         // Bytes of a UTF-8 sequence split across chunks are held back until complete.
         let mut pending: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
         while let Some((msg, body)) = rx.recv().await {
@@ -222,7 +245,8 @@ fn sse_stream(
             }
         }
         guard.disarm();
-        yield Ok(event("error", serde_json::json!({"error": "guest channel closed during exec"})));
+        let lost = live.channel_lost("command").await;
+        yield Ok(event("error", serde_json::json!({"error": lost.to_string()})));
     }
 }
 

@@ -25,15 +25,15 @@ async fn fork(
     Path(id): Path<String>,
     JsonBody(b): JsonBody<ForkRequest>,
 ) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+    crate::extract::metadata(b.metadata.as_ref())?;
     let live = st
         .host
         .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
         .await?;
     let t = std::time::Instant::now();
-    let mut children = st
-        .host
-        .fork(&live, 1, b.metadata.unwrap_or_default())
-        .await?;
+    let host = st.host.clone();
+    let metadata = b.metadata.unwrap_or_default();
+    let mut children = super::detached(async move { host.fork(&live, 1, metadata).await }).await?;
     crate::metrics::observe("fork", t);
     let child = children
         .pop()
@@ -50,15 +50,16 @@ async fn fork_tree(
     Path(id): Path<String>,
     RequiredJson(b): RequiredJson<ForkTreeRequest>,
 ) -> Result<(StatusCode, Json<Vec<Sandbox>>), ApiError> {
+    crate::extract::metadata(b.metadata.as_ref())?;
     let live = st
         .host
         .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
         .await?;
     let t = std::time::Instant::now();
-    let children = st
-        .host
-        .fork(&live, b.count, b.metadata.unwrap_or_default())
-        .await?;
+    let host = st.host.clone();
+    let metadata = b.metadata.unwrap_or_default();
+    let children =
+        super::detached(async move { host.fork(&live, b.count, metadata).await }).await?;
     crate::metrics::observe("fork_tree", t);
     let mut out = Vec::with_capacity(children.len());
     for c in children {

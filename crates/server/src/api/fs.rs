@@ -65,6 +65,7 @@ async fn read(
             HostMsg::FileRead {
                 id: rid,
                 path: path.clone(),
+                window: ready.conn.read_window(),
             },
             Vec::new(),
         )
@@ -85,15 +86,31 @@ async fn read(
             ))
         }
     };
+    // The lifecycle gate is released here: kill, the TTL, snapshot and hibernate never wait on
+    // a client's download (issue 8); if the instance goes, the stream ends with an error.
+    let conn = ready.conn.clone();
+    drop(ready);
+    let active = live.activity();
+    let windowed = conn.read_window().is_some();
     let stream = async_stream::stream! {
-        // The lifecycle gate is held until the download is complete.
-        let _ready = ready;
-        let Some(first) = first_body else { return };
+        let _active = active;
+        // Dropping the stream (the client went away) stops the guest's read and the routing
+        // of its frames.
+        let mut read = ReadGuard { conn, id: rid, windowed, done: false };
+        let Some(first) = first_body else { read.done = true; return };
         yield Ok::<Bytes, std::io::Error>(Bytes::from(first));
+        // Polled again: the client took that chunk, so the guest may send one more.
+        read.ack().await;
         while let Some((msg, body)) = rx.recv().await {
             match msg {
-                GuestMsg::FileChunk { .. } => yield Ok(Bytes::from(body)),
-                GuestMsg::FileEnd { .. } => return,
+                GuestMsg::FileChunk { .. } => {
+                    yield Ok(Bytes::from(body));
+                    read.ack().await;
+                }
+                GuestMsg::FileEnd { .. } => {
+                    read.done = true;
+                    return;
+                }
                 GuestMsg::Error { message, .. } => {
                     yield Err(std::io::Error::other(message));
                     return;
@@ -101,7 +118,8 @@ async fn read(
                 _ => {}
             }
         }
-        yield Err(std::io::Error::other("guest channel closed during download"));
+        let lost = live.channel_lost("download").await;
+        yield Err(std::io::Error::other(lost.to_string()));
     };
     Ok((
         [(header::CONTENT_TYPE, "application/octet-stream")],
@@ -120,7 +138,11 @@ async fn write(
     let path = sandbox_path(q.path.as_deref())?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let ready = st.host.ready(&live).await?;
-    let conn = &ready.conn;
+    // As for downloads: the upload holds no lifecycle gate, only activity.
+    let conn = ready.conn.clone();
+    drop(ready);
+    let _active = live.activity();
+    let conn = &conn;
     let rid = conn.new_id();
     let mut rx = conn
         .request(
@@ -151,7 +173,7 @@ async fn write(
                 }
             }
             // An early guest error (e.g. the path is a directory) ends the upload at once.
-            if let Ok((GuestMsg::Error { code, message, .. }, _)) = rx.try_recv() {
+            if let Some((GuestMsg::Error { code, message, .. }, _)) = rx.try_recv() {
                 return Err(from_guest(code, message));
             }
         }
@@ -175,9 +197,39 @@ async fn write(
             _ => {}
         }
     }
-    Err(ApiError::Unavailable(
-        "guest channel closed during upload: connection refused".into(),
-    ))
+    Err(live.channel_lost("upload").await)
+}
+
+/// A download in progress: acknowledges chunks (for a guest that paces reads) and, dropped
+/// before the end, stops the guest's read and the routing of its frames.
+struct ReadGuard {
+    conn: crate::guest::GuestConn,
+    id: u64,
+    windowed: bool,
+    done: bool,
+}
+
+impl ReadGuard {
+    async fn ack(&self) {
+        if self.windowed {
+            let _ = self
+                .conn
+                .send(HostMsg::FileReadAck { id: self.id }, Vec::new())
+                .await;
+        }
+    }
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        self.conn.forget(self.id);
+        if self.windowed && !self.done {
+            let (conn, id) = (self.conn.clone(), self.id);
+            tokio::spawn(async move {
+                let _ = conn.send(HostMsg::FileAbort { id }, Vec::new()).await;
+            });
+        }
+    }
 }
 
 async fn simple(

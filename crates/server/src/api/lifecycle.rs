@@ -27,7 +27,8 @@ async fn pause(
 ) -> Result<Json<Sandbox>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let t = std::time::Instant::now();
-    st.host.pause(&live).await?;
+    let (host, l) = (st.host.clone(), live.clone());
+    super::detached(async move { host.pause(&l).await }).await?;
     crate::metrics::observe("pause", t);
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }
@@ -39,7 +40,8 @@ async fn resume(
 ) -> Result<Json<Sandbox>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let t = std::time::Instant::now();
-    st.host.resume(&live).await?;
+    let (host, l) = (st.host.clone(), live.clone());
+    super::detached(async move { host.resume(&l).await }).await?;
     crate::metrics::observe("resume", t);
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }
@@ -51,7 +53,8 @@ async fn hibernate(
 ) -> Result<Json<Sandbox>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let t = std::time::Instant::now();
-    st.host.hibernate(&live, "api").await?;
+    let (host, l) = (st.host.clone(), live.clone());
+    super::detached(async move { host.hibernate(&l, "api").await }).await?;
     crate::metrics::observe("hibernate", t);
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }
@@ -63,7 +66,8 @@ async fn wake(
 ) -> Result<Json<Sandbox>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let t = std::time::Instant::now();
-    st.host.wake(&live, "api").await?;
+    let (host, l) = (st.host.clone(), live.clone());
+    super::detached(async move { host.wake(&l, "api").await }).await?;
     crate::metrics::observe("wake", t);
     Ok(Json(sandbox_json(&live.snapshot_row().await)))
 }

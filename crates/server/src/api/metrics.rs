@@ -1,4 +1,4 @@
-//! `GET /metrics` (Prometheus text format, no auth: bind the server to a private address) and
+//! `GET /metrics` (Prometheus text format; authenticated unless `--public-metrics`) and
 //! `GET /v1/sandboxes/{id}/metrics` (one sandbox's CPU and RSS, seed 003 "health monitor").
 
 use crate::auth::Caller;
@@ -19,8 +19,18 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/sandboxes/:id/metrics", get(sandbox_metrics))
 }
 
-/// `GET /metrics`.
-pub async fn prometheus_text(State(st): State<AppState>) -> Result<Response, ApiError> {
+/// `GET /metrics`: any valid API key may read it; `--public-metrics` opens it to requests
+/// without one (for a scraper on a private network; issue 8).
+///
+/// # Errors
+/// 401 without a valid key unless metrics are public.
+pub async fn prometheus_text(
+    State(st): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    if !st.host.cfg.public_metrics {
+        crate::auth::from_headers(&st.host.store, &headers)?;
+    }
     let m = metrics();
     let mut counts = std::collections::HashMap::new();
     for live in st.host.all() {

@@ -18,6 +18,23 @@ pub mod tokens;
 
 use pandastack_store::SandboxRow;
 
+/// Runs a lifecycle operation (create, delete, snapshot, hibernate, fork, ...) as its own task
+/// and waits for it. A client that disconnects only stops waiting: the operation still runs to
+/// its end instead of being dropped half-way (issue 8: a DELETE given up by its client must
+/// still delete).
+///
+/// # Errors
+/// The operation's error; 500 if its task panicked.
+pub async fn detached<T, F>(op: F) -> Result<T, crate::error::ApiError>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T, crate::error::ApiError>> + Send + 'static,
+{
+    tokio::spawn(op)
+        .await
+        .map_err(|e| crate::error::ApiError::internal("lifecycle task", e))?
+}
+
 /// RFC 3339 (UTC, seconds) of a Unix-ms time.
 pub fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)

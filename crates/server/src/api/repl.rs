@@ -147,8 +147,15 @@ async fn run(
     // or snapshot (a cell in flight is captured by a snapshot like any other process).
     let conn = ready.conn.clone();
     drop(ready);
-    let reply = conn.call(msg).await?;
-    live.touch().await;
+    let active = live.activity();
+    let reply = match conn.call(msg).await {
+        Ok(reply) => reply,
+        Err(crate::guest::GuestError::Unavailable(_)) => {
+            return Err(live.channel_lost("code run").await)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    drop(active);
     match reply {
         (GuestMsg::KernelResult { execution: e, .. }, _) => {
             for (stream, text) in [

@@ -36,6 +36,44 @@ fn check_ttl(ttl: i64) -> Result<i64, ApiError> {
     Ok(ttl)
 }
 
+/// A `cpu` / `memory_mb` value of a create body: absent, or a positive integer.
+///
+/// # Errors
+/// 400 naming the field.
+fn size_field(field: &str, v: Option<&serde_json::Value>) -> Result<Option<u32>, ApiError> {
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n > 0)
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!("{field} must be a positive integer, got {v}"))
+            }),
+    }
+}
+
+/// Sandboxes take their size from their template: a create asking for another size is refused
+/// rather than silently given the template's (issue 8).
+///
+/// # Errors
+/// 400 naming the field, the template's value and the request's.
+fn same_size(
+    field: &str,
+    asked: Option<u32>,
+    template_value: u32,
+    template: &str,
+    unit: &str,
+) -> Result<(), ApiError> {
+    match asked {
+        Some(n) if n != template_value => Err(ApiError::BadRequest(format!(
+            "{field}: sandboxes of template {template} have {template_value} {unit}, got {n}; sizes come from the template"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 async fn create(
     State(st): State<AppState>,
     caller: Caller,
@@ -48,14 +86,16 @@ async fn create(
         ));
     }
     let template = req.template.unwrap_or_else(|| "code-interpreter".into());
-    if let Some(envs) = &req.envs {
-        for k in envs.keys() {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(ApiError::BadRequest(format!(
-                    "envs: invalid variable name '{k}'"
-                )));
-            }
-        }
+    crate::extract::env_vars("envs", req.envs.as_ref())?;
+    crate::extract::metadata(req.metadata.as_ref())?;
+    let cpu = size_field("cpu", req.cpu.as_ref())?;
+    let memory_mb = size_field("memory_mb", req.memory_mb.as_ref())?;
+    if req.from_snapshot.is_none() {
+        // Seed 000: "bake the size you need into the template". With from_snapshot the
+        // snapshot's sizes win and request values are ignored (same seed).
+        let tpl = st.host.template(&template)?;
+        same_size("cpu", cpu, tpl.cpu, &tpl.name, "CPUs")?;
+        same_size("memory_mb", memory_mb, tpl.memory_mb, &tpl.name, "MiB")?;
     }
     let spec = CreateSpec {
         workspace_id: caller.workspace_id,
@@ -66,10 +106,14 @@ async fn create(
         envs: req.envs.unwrap_or_default(),
     };
     let t = std::time::Instant::now();
-    let live = match &req.from_snapshot {
-        Some(snap) => st.host.create_from_snapshot(spec, snap).await?,
-        None => st.host.create(spec).await?,
-    };
+    let host = st.host.clone();
+    let live = super::detached(async move {
+        match req.from_snapshot {
+            Some(snap) => host.create_from_snapshot(spec, &snap).await,
+            None => host.create(spec).await,
+        }
+    })
+    .await?;
     let row = live.snapshot_row().await;
     crate::metrics::observe(
         if row.from_snapshot.is_some() {
@@ -117,7 +161,8 @@ async fn delete(
     let id = sandbox_id(&id)?;
     let live = st.host.get(&caller.workspace_id, &id)?;
     let t = std::time::Instant::now();
-    st.host.destroy(&live, "api").await?;
+    let host = st.host.clone();
+    super::detached(async move { host.destroy(&live, "api").await }).await?;
     crate::metrics::observe("kill", t);
     Ok(StatusCode::NO_CONTENT)
 }

@@ -57,7 +57,8 @@ async fn create(
         .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
         .await?;
     let t = std::time::Instant::now();
-    let snap = st.host.snapshot(&live).await?;
+    let host = st.host.clone();
+    let snap = super::detached(async move { host.snapshot(&live).await }).await?;
     crate::metrics::observe("snapshot", t);
     Ok((StatusCode::CREATED, Json(wire(&snap))))
 }
@@ -85,6 +86,16 @@ async fn list_for_sandbox(
     Path(id): Path<String>,
 ) -> Result<Json<SnapshotList>, ApiError> {
     let id = sandbox_id(&id)?;
+    // The sandbox must be the caller's (deleted ones included: their snapshots outlive them);
+    // another workspace's id is a 404, as everywhere else.
+    let owned = st
+        .host
+        .store
+        .sandbox(&id)?
+        .is_some_and(|r| r.workspace_id == caller.workspace_id);
+    if !owned {
+        return Err(ApiError::NotFound(format!("sandbox {id} not found")));
+    }
     let rows = st
         .host
         .store

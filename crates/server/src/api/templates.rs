@@ -47,11 +47,18 @@ async fn get_one(
     _caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<Template>, ApiError> {
+    let not_found = || {
+        let shown: String = name.chars().take(64).collect();
+        ApiError::NotFound(format!("template {shown} not found"))
+    };
+    // A name that could never be a template (`../../etc`) is simply not found.
+    if pandastack_templates::validate_name(&name).is_err() {
+        return Err(not_found());
+    }
     let t = st
         .host
         .templates
         .get(&name)
         .map_err(|e| ApiError::internal("template lookup", e))?;
-    t.map(|t| Json(wire(t)))
-        .ok_or_else(|| ApiError::NotFound(format!("template {name} not found")))
+    t.map(|t| Json(wire(t))).ok_or_else(not_found)
 }

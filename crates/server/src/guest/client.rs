@@ -2,31 +2,38 @@
 //!
 //! A writer task owns the socket's write half and sends queued frames in order; a reader task
 //! decodes frames and routes each to the request that owns its id. Replies to ids nobody waits
-//! for (a request of a previous server process, a cancelled stream) are dropped. Each request's
-//! reply channel is bounded, so a slow consumer (an HTTP download) applies backpressure to the
-//! reader instead of buffering a whole file; a consumer that stops taking frames for
-//! [`STALL_TIMEOUT`] loses its request so other requests keep flowing.
+//! for (a request of a previous server process, a cancelled stream) are dropped. The reader
+//! never waits on a consumer: each request has its own queue, bounded by bytes
+//! ([`MAX_QUEUED_BYTES`]), so a slow consumer (an HTTP client reading a download or an exec
+//! stream slowly) holds up only its own request and never the connection that snapshots,
+//! probes and other requests use (issue 8). Downloads are paced at the source instead: the
+//! guest sends a bounded window of chunks ahead and waits for acknowledgements
+//! ([`FEATURE_READ_WINDOW`]). A consumer that lets its queue pass the bound loses its request.
 
 use pandastack_guest_protocol::{
-    Frame, FrameError, GuestMsg, HostMsg, RequestId, MAX_BODY_BYTES, MAX_HEADER_BYTES,
-    PROTOCOL_VERSION,
+    Frame, FrameError, GuestMsg, HostMsg, RequestId, FEATURE_READ_WINDOW, MAX_BODY_BYTES,
+    MAX_HEADER_BYTES, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-/// How long a reply may wait for its consumer before the request is dropped.
-const STALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// Frames buffered per request (file chunks are up to 1 MiB each).
-const REPLY_BUFFER: usize = 16;
+/// Reply bytes one request may have waiting for its consumer (32 MiB) before it is dropped.
+pub const MAX_QUEUED_BYTES: usize = 32 * 1024 * 1024;
+/// File chunks (1 MiB each) a guest may send ahead of the host's acknowledgements.
+pub const READ_WINDOW: u32 = 8;
+/// How long a missing or refusing shim socket is retried before the instance counts as gone.
+const SOCKET_GONE_GRACE: Duration = Duration::from_millis(250);
 /// Frames queued for the socket (uploads send 1 MiB chunks: this bounds their buffering).
 const WRITE_BUFFER: usize = 16;
+/// What a reply's header costs in the byte budget beyond its body (a rough frame header size).
+const REPLY_OVERHEAD: usize = 256;
 
 /// A reply frame: the decoded message and its raw body.
 pub type Reply = (GuestMsg, Vec<u8>);
@@ -45,7 +52,39 @@ pub enum GuestError {
     Frame(#[from] FrameError),
 }
 
-type Pending = Arc<Mutex<HashMap<RequestId, mpsc::Sender<Reply>>>>;
+/// Where the reader puts a request's replies, and how many bytes wait there.
+struct Slot {
+    tx: mpsc::UnboundedSender<Reply>,
+    queued: Arc<AtomicUsize>,
+}
+
+type Pending = Arc<Mutex<HashMap<RequestId, Slot>>>;
+
+/// The replies of one request, in order.
+pub struct Replies {
+    rx: mpsc::UnboundedReceiver<Reply>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Replies {
+    /// The next reply; None once the request is finished or dropped, or the channel closed.
+    pub async fn recv(&mut self) -> Option<Reply> {
+        let reply = self.rx.recv().await?;
+        self.queued.fetch_sub(cost(&reply), Ordering::SeqCst);
+        Some(reply)
+    }
+
+    /// A reply that has already arrived, if any.
+    pub fn try_recv(&mut self) -> Option<Reply> {
+        let reply = self.rx.try_recv().ok()?;
+        self.queued.fetch_sub(cost(&reply), Ordering::SeqCst);
+        Some(reply)
+    }
+}
+
+fn cost(reply: &Reply) -> usize {
+    reply.1.len() + REPLY_OVERHEAD
+}
 
 /// A live connection. Cloning shares it.
 #[derive(Clone)]
@@ -54,6 +93,8 @@ pub struct GuestConn {
     pending: Pending,
     next_id: Arc<AtomicU64>,
     alive: Arc<AtomicBool>,
+    /// What the guest's `HelloOk` listed.
+    features: Arc<OnceLock<Vec<String>>>,
 }
 
 impl GuestConn {
@@ -64,6 +105,10 @@ impl GuestConn {
     /// [`GuestError::Version`] on a version mismatch.
     pub async fn connect(path: &Path, timeout: Duration) -> Result<Self, GuestError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        // A missing or refusing socket means the shim is gone (it removes the socket when runsc
+        // exits): give up after a moment instead of the whole timeout. The moment covers the
+        // gap between the shim's bind and listen right after a boot.
+        let mut gone_since: Option<tokio::time::Instant> = None;
         loop {
             match Self::try_connect(path).await {
                 Ok(conn) => match tokio::time::timeout_at(deadline, conn.hello()).await {
@@ -77,7 +122,13 @@ impl GuestConn {
                     Err(_) => return Err(GuestError::Unavailable("handshake timed out".into())),
                 },
                 Err(e) => {
-                    if tokio::time::Instant::now() >= deadline {
+                    let now = tokio::time::Instant::now();
+                    let gone = matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                    );
+                    let since = *gone_since.get_or_insert(now);
+                    if now >= deadline || (gone && now - since >= SOCKET_GONE_GRACE) {
                         return Err(GuestError::Unavailable(e.to_string()));
                     }
                 }
@@ -128,6 +179,7 @@ impl GuestConn {
             pending,
             next_id: Arc::new(AtomicU64::new(base)),
             alive,
+            features: Arc::default(),
         })
     }
 
@@ -140,10 +192,22 @@ impl GuestConn {
             })
             .await?
         {
-            (GuestMsg::HelloOk { .. }, _) => Ok(()),
+            (GuestMsg::HelloOk { features, .. }, _) => {
+                let _ = self.features.set(features);
+                Ok(())
+            }
             (GuestMsg::Error { message, .. }, _) => Err(GuestError::Version(message)),
             (other, _) => Err(GuestError::Version(format!("unexpected reply {other:?}"))),
         }
+    }
+
+    /// The window to ask for in a `FileRead`: [`READ_WINDOW`] when the guest paces reads by
+    /// acknowledgement, None for an older guest (its frames then simply queue).
+    pub fn read_window(&self) -> Option<u32> {
+        self.features
+            .get()
+            .is_some_and(|f| f.iter().any(|x| x == FEATURE_READ_WINDOW))
+            .then_some(READ_WINDOW)
     }
 
     /// True until the socket fails.
@@ -160,22 +224,25 @@ impl GuestConn {
     ///
     /// # Errors
     /// [`GuestError::Unavailable`] when the channel is down.
-    pub async fn request(
-        &self,
-        msg: HostMsg,
-        body: Vec<u8>,
-    ) -> Result<mpsc::Receiver<Reply>, GuestError> {
-        let (tx, rx) = mpsc::channel(REPLY_BUFFER);
+    pub async fn request(&self, msg: HostMsg, body: Vec<u8>) -> Result<Replies, GuestError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
         let id = msg.id();
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, tx);
+            .insert(
+                id,
+                Slot {
+                    tx,
+                    queued: queued.clone(),
+                },
+            );
         if let Err(e) = self.send(msg, body).await {
             self.forget(id);
             return Err(e);
         }
-        Ok(rx)
+        Ok(Replies { rx, queued })
     }
 
     /// Sends a frame that expects no reply of its own (a file chunk, a kill).
@@ -242,30 +309,22 @@ async fn read_loop(
         };
         let id = msg.id();
         let is_final = msg.is_final();
-        let sender = pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-            .cloned();
-        let Some(sender) = sender else { continue };
-        match tokio::time::timeout(STALL_TIMEOUT, sender.send((msg, body))).await {
-            Ok(Ok(())) => {}
-            _ => {
-                warn!(
-                    request_id = id,
-                    "guest reply consumer stalled or gone; request dropped"
-                );
-                pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
-            }
+        let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(slot) = map.get(&id) else { continue };
+        let reply = (msg, body);
+        let c = cost(&reply);
+        let over = slot.queued.load(Ordering::SeqCst) + c > MAX_QUEUED_BYTES;
+        if over {
+            warn!(
+                request_id = id,
+                "guest reply consumer too slow ({MAX_QUEUED_BYTES} bytes queued); request dropped"
+            );
+            map.remove(&id);
+            continue;
         }
-        if is_final {
-            pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
+        slot.queued.fetch_add(c, Ordering::SeqCst);
+        if slot.tx.send(reply).is_err() || is_final {
+            map.remove(&id);
         }
     }
 }

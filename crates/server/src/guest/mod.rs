@@ -2,4 +2,4 @@
 
 mod client;
 
-pub use client::{GuestConn, GuestError, Reply};
+pub use client::{GuestConn, GuestError, Replies, Reply, MAX_QUEUED_BYTES, READ_WINDOW};

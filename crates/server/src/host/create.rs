@@ -178,17 +178,19 @@ impl Host {
     }
 
     /// Marks a sandbox `failed` and releases its instance (the row stays, so the user sees why).
+    /// The state changes first, so a request whose channel breaks as the instance goes already
+    /// reads `failed` ([`Live::channel_lost`]).
     pub async fn fail(&self, live: &Arc<Live>, cause: &str) {
         live.drop_conn().await;
         let (id, dir) = {
             let mut r = live.row.lock().await;
             (r.instance_id.take(), r.instance_dir.take())
         };
-        if let (Some(id), Some(dir)) = (id, dir) {
-            let _ = self.engine.destroy(&id, std::path::Path::new(&dir)).await;
-        }
         if let Err(e) = self.set_state(live, SandboxState::Failed, cause).await {
             tracing::warn!(sandbox_id = %live.id, error = %e, "marking sandbox failed");
+        }
+        if let (Some(id), Some(dir)) = (id, dir) {
+            let _ = self.engine.destroy(&id, std::path::Path::new(&dir)).await;
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The health monitor (seed 003 "Health monitor"): every 5 s each running sandbox's guest
-//! daemon is pinged (2 s to answer) and its CPU use sampled from its cgroup; every 30 s the
+//! daemon is pinged (1 s to connect, 1 s to answer) and its CPU use sampled from its cgroup; every 30 s the
 //! engine is asked whether the instance still exists. Three consecutive failed probes mark the
 //! sandbox `failed` and release its resources.
 
@@ -14,8 +14,8 @@ use tracing::warn;
 pub const PROBE_PERIOD: Duration = Duration::from_secs(5);
 /// Engine state check period, in probe periods (30 s).
 const ENGINE_EVERY: u64 = 6;
-/// Time a guest has to answer a ping.
-const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time a guest has to answer a ping (issue 8: probes time out in about 1 s).
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
 /// Consecutive failed probes that mark a sandbox failed.
 pub const MAX_FAILED_PROBES: u32 = 3;
 
@@ -40,10 +40,12 @@ impl Host {
     }
 
     async fn probe(&self, live: &Arc<super::Live>, check_engine: bool) {
-        // A lifecycle operation in progress owns the sandbox; probe it next round.
-        let Ok(_gate) = live.gate.try_read() else {
+        // A lifecycle operation in progress owns the sandbox: probe it next round. The gate is
+        // only tested, never held across the probe, so a probe never delays a request or a
+        // lifecycle operation (issue 8).
+        if live.gate.try_read().is_err() {
             return;
-        };
+        }
         let (status, iid) = {
             let r = live.row.lock().await;
             (r.status.clone(), r.instance_id.clone())
@@ -55,19 +57,30 @@ impl Host {
         if let Ok(stats) = self.engine.stats(&iid).await {
             live.record_cpu(stats.cpu_ns);
         }
-        let mut ok = match live.guest().await {
-            Ok(conn) => matches!(
+        let mut ok = match live.probe_conn().await {
+            Ok(Some(conn)) => matches!(
                 tokio::time::timeout(PING_TIMEOUT, conn.call(HostMsg::Ping { id: conn.new_id() }))
                     .await,
                 Ok(Ok((GuestMsg::Pong { .. }, _)))
             ),
+            // A request is connecting right now: no verdict this round.
+            Ok(None) => return,
             Err(_) => false,
         };
         if ok && check_engine {
             ok = matches!(self.engine.status(&iid).await, Ok(InstanceStatus::Running));
         }
         let failures = live.record_probe(ok);
-        if failures >= MAX_FAILED_PROBES {
+        if failures < MAX_FAILED_PROBES {
+            return;
+        }
+        // Only fail the instance that was probed: a hibernate or wake in between replaced it.
+        let _gate = live.gate.write().await;
+        let current = {
+            let r = live.row.lock().await;
+            r.status == "running" && r.instance_id.as_deref() == Some(iid.as_str())
+        };
+        if current {
             warn!(sandbox_id = %live.id, failures, "sandbox unhealthy: marking failed");
             drop(_gate);
             self.fail(live, "health check failed").await;

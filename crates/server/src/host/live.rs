@@ -9,6 +9,8 @@ use tokio::sync::{Mutex, RwLock};
 
 /// How long a request waits for a guest connection to come up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a health probe may spend connecting (issue 8: probes time out in about 1 s).
+pub const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One sandbox known to this host.
 pub struct Live {
@@ -16,7 +18,14 @@ pub struct Live {
     pub workspace_id: String,
     /// The sandbox's row, written through to the store on every state change.
     pub row: Mutex<SandboxRow>,
+    /// The current connection. Held only to read or swap it, never across a connect.
     conn: Mutex<Option<GuestConn>>,
+    /// Held while (re)connecting, so concurrent requests make one connection; health probes
+    /// only try it and never wait on it.
+    connecting: Mutex<()>,
+    /// Requests in flight that count as activity for the TTL (an exec, a code run, a file or
+    /// exec stream), see [`Live::activity`].
+    active: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Requests (exec, files, kernels) hold it shared; lifecycle operations (pause, snapshot,
     /// hibernate, delete) hold it exclusively, so they never cut a request in half.
     pub gate: std::sync::Arc<RwLock<()>>,
@@ -36,6 +45,8 @@ impl Live {
             workspace_id: row.workspace_id.clone(),
             row: Mutex::new(row),
             conn: Mutex::new(None),
+            connecting: Mutex::new(()),
+            active: Default::default(),
             gate: std::sync::Arc::new(RwLock::new(())),
             failed_probes: Default::default(),
             cpu_sample: Default::default(),
@@ -47,13 +58,44 @@ impl Live {
     ///
     /// # Errors
     /// 503 "connection refused" when the sandbox has no running instance or its guest does
-    /// not answer.
+    /// not answer within 10 s.
     pub async fn guest(&self) -> Result<GuestConn, ApiError> {
-        let mut conn = self.conn.lock().await;
-        if let Some(c) = conn.as_ref() {
-            if c.is_alive() {
-                return Ok(c.clone());
-            }
+        if let Some(c) = self.current_conn().await {
+            return Ok(c);
+        }
+        let _connecting = self.connecting.lock().await;
+        self.connect(CONNECT_TIMEOUT).await
+    }
+
+    /// The connection for a health probe: the current one, or a new one made within
+    /// [`PROBE_CONNECT_TIMEOUT`]. None when a request is connecting right now (the probe then
+    /// skips this round rather than queue behind it).
+    ///
+    /// # Errors
+    /// As [`Live::guest`], after about 1 s.
+    pub async fn probe_conn(&self) -> Result<Option<GuestConn>, ApiError> {
+        if let Some(c) = self.current_conn().await {
+            return Ok(Some(c));
+        }
+        let Ok(_connecting) = self.connecting.try_lock() else {
+            return Ok(None);
+        };
+        self.connect(PROBE_CONNECT_TIMEOUT).await.map(Some)
+    }
+
+    async fn current_conn(&self) -> Option<GuestConn> {
+        self.conn
+            .lock()
+            .await
+            .as_ref()
+            .filter(|c| c.is_alive())
+            .cloned()
+    }
+
+    /// Connects to the current instance's socket; the caller holds `connecting`.
+    async fn connect(&self, timeout: Duration) -> Result<GuestConn, ApiError> {
+        if let Some(c) = self.current_conn().await {
+            return Ok(c);
         }
         let socket = {
             let row = self.row.lock().await;
@@ -64,8 +106,8 @@ impl Live {
         let socket = socket.ok_or_else(|| {
             ApiError::Unavailable("guest channel: connect: connection refused (no instance)".into())
         })?;
-        let c = GuestConn::connect(&socket, CONNECT_TIMEOUT).await?;
-        *conn = Some(c.clone());
+        let c = GuestConn::connect(&socket, timeout).await?;
+        *self.conn.lock().await = Some(c.clone());
         Ok(c)
     }
 
@@ -82,6 +124,21 @@ impl Live {
     /// Records API activity: the TTL counts from now.
     pub async fn touch(&self) {
         self.row.lock().await.last_active_at = now_ms();
+    }
+
+    /// Marks a request as in flight until the returned guard is dropped: while any is, the
+    /// sandbox is active and neither the TTL nor the idle hibernation takes it (seed 003: the
+    /// TTL is "refreshed by any API activity"; a running command is activity, issue 8). The
+    /// TTL counts again from the moment the last one ends.
+    pub fn activity(self: &std::sync::Arc<Self>) -> Activity {
+        self.active
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Activity { live: self.clone() }
+    }
+
+    /// True while a request holds an [`Activity`].
+    pub fn is_active(&self) -> bool {
+        self.active.load(std::sync::atomic::Ordering::SeqCst) > 0
     }
 
     pub fn gate_arc(&self) -> std::sync::Arc<RwLock<()>> {
@@ -117,9 +174,53 @@ impl Live {
         self.cpu_sample.lock().unwrap_or_else(|e| e.into_inner()).2 as f64 / 100.0
     }
 
+    /// The error for a request whose guest channel closed before it finished (`what`: "exec",
+    /// "code run", "download", ...). A sandbox that was deleted or failed meanwhile says so
+    /// (409: the command was killed, retrying cannot help); otherwise the channel dropped and
+    /// the 503 carries "connection refused" so the SDKs' warm-up retry applies (contract §1.4).
+    pub async fn channel_lost(&self, what: &str) -> ApiError {
+        let status = self.row.lock().await.status.clone();
+        match status.as_str() {
+            "deleted" => ApiError::Conflict(format!(
+                "sandbox {} was deleted while the {what} was running; it was killed",
+                self.id
+            )),
+            "failed" => ApiError::Conflict(format!(
+                "sandbox {} failed while the {what} was running; it was killed",
+                self.id
+            )),
+            _ => ApiError::Unavailable(format!(
+                "guest channel closed during {what}: connection refused"
+            )),
+        }
+    }
+
     /// A copy of the row.
     pub async fn snapshot_row(&self) -> SandboxRow {
         self.row.lock().await.clone()
+    }
+}
+
+/// An in-flight request (see [`Live::activity`]).
+pub struct Activity {
+    live: std::sync::Arc<Live>,
+}
+
+impl Drop for Activity {
+    fn drop(&mut self) {
+        // The TTL is refreshed before the count drops, so the sweeper never sees an idle gap.
+        use std::sync::atomic::Ordering;
+        if let Ok(mut row) = self.live.row.try_lock() {
+            row.last_active_at = now_ms();
+            drop(row);
+            self.live.active.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            let live = self.live.clone();
+            tokio::spawn(async move {
+                live.touch().await;
+                live.active.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
     }
 }
 

@@ -47,6 +47,8 @@ pub struct HostConfig {
     pub idle_hibernate_seconds: i64,
     /// Pre-restored sandboxes kept per template (0 disables the warm pool).
     pub pool_size: usize,
+    /// Serve `GET /metrics` without an API key.
+    pub public_metrics: bool,
 }
 
 /// The host agent. Shared as `Arc<Host>`.

@@ -1,7 +1,9 @@
 //! The sweepers (seed 003 "TTL and persistence"): a non-persistent sandbox whose last API
 //! activity is older than its `ttl_seconds` is destroyed; a persistent running sandbox idle for
 //! longer than the idle period (default 5 minutes) is hibernated and wakes on its next request.
-//! They run every 250 ms, so a sandbox is gone well within 2 s of expiry.
+//! They run every 250 ms, so a sandbox is gone well within 2 s of expiry. A request in flight
+//! (a running command, a code run, a file or exec stream: [`super::Live::activity`]) is
+//! activity, so neither takes a sandbox in the middle of one (issue 8).
 
 use super::Host;
 use pandastack_store::now_ms;
@@ -34,6 +36,7 @@ impl Host {
                 !r.persistent
                     && r.status != "deleted"
                     && now - r.last_active_at > r.ttl_seconds * 1000
+                    && !live.is_active()
             };
             if expired {
                 info!(sandbox_id = %live.id, "ttl expired");
@@ -50,7 +53,10 @@ impl Host {
         for live in self.all() {
             let idle = {
                 let r = live.row.lock().await;
-                r.persistent && r.status == "running" && now - r.last_active_at > limit
+                r.persistent
+                    && r.status == "running"
+                    && now - r.last_active_at > limit
+                    && !live.is_active()
             };
             if idle {
                 info!(sandbox_id = %live.id, "idle persistent sandbox: hibernating");
