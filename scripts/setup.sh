@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what PandaStack needs on a Debian bookworm host (run as root). Idempotent and quick
 # when everything is there already: runsc from bookworm-backports (bookworm's own is from 2022),
-# mmdebstrap for template bakes, Python venv support for the SDK demo and tests.
+# mmdebstrap for template bakes, nftables and iproute2 for sandbox networking, Python venv
+# support for the SDK demo and tests.
 set -euo pipefail
 
 need=()
@@ -9,6 +10,9 @@ command -v runsc >/dev/null || need+=(runsc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v curl >/dev/null || need+=(curl)
+command -v nft >/dev/null || need+=(nftables)
+command -v ip >/dev/null || need+=(iproute2)
+command -v nsenter >/dev/null || need+=(util-linux)
 command -v cc >/dev/null || need+=(build-essential)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -44,15 +44,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# Hosts `{port}-{sandbox id}.PREVIEW_SUFFIX` are previews of that port (issue 7); the tests send
+# such a Host header to 127.0.0.1, so nothing needs to resolve.
+PREVIEW_SUFFIX = "preview.localhost"
+
+
 class Server:
     """A `pandastack server` process this session owns, on a fixed port and data dir."""
 
-    def __init__(self, binary: Path, data_dir: Path, port: int, log: Path) -> None:
+    def __init__(self, binary: Path, data_dir: Path, port: int, log: Path, extra_args: list[str] | None = None) -> None:
         self.binary = binary
         self.data_dir = data_dir
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
+        self.extra_args = ["--preview-host-suffix", PREVIEW_SUFFIX] if extra_args is None else extra_args
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -67,7 +73,8 @@ class Server:
             log.write(f"\n--- {time.strftime('%H:%M:%S')} starting server on {self.url}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [str(self.binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir)],
+                [str(self.binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir)]
+                + self.extra_args,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -99,6 +106,7 @@ class Server:
         self.start()
 
     def stop(self) -> None:
+        """SIGTERM (a graceful stop: the warm pool goes, sandboxes stay), then SIGKILL."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.terminate()

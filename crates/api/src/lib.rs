@@ -44,6 +44,13 @@ pub struct CreateSandbox {
     /// Environment for every exec and kernel of the sandbox. Never echoed back.
     #[serde(default)]
     pub envs: Option<BTreeMap<String, String>>,
+    /// False: no egress at all (the E2B name). Default: the server's `--sandbox-egress`.
+    /// REST only: the published SDKs send neither this nor `network` (issue 7).
+    #[serde(default)]
+    pub allow_internet_access: Option<bool>,
+    /// Per-sandbox egress lists.
+    #[serde(default)]
+    pub network: Option<SandboxNetwork>,
     /// Whole CPUs. Sizes come from the template (seed 000): a value other than the template's
     /// is a 400; with `from_snapshot` the snapshot's sizes win and it is ignored. The SDKs no
     /// longer send it (contract §2.1).
@@ -52,6 +59,18 @@ pub struct CreateSandbox {
     /// MiB; as `cpu`.
     #[serde(default)]
     pub memory_mb: Option<serde_json::Value>,
+}
+
+/// Egress lists of a sandbox (issue 7). Entries are `A.B.C.D`, `A.B.C.D/N`, `A.B.C.D:PORT` or
+/// `A.B.C.D/N:PORT`. `allow_out` wins over `deny_out` and opens even the ranges blocked by
+/// default (private ranges, link-local, the host, other sandboxes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxNetwork {
+    #[serde(default)]
+    pub allow_out: Option<Vec<String>>,
+    #[serde(default)]
+    pub deny_out: Option<Vec<String>>,
 }
 
 /// One volume in a create body.
@@ -75,8 +94,14 @@ pub struct Sandbox {
     /// MiB.
     pub memory_mb: u32,
     pub metadata: BTreeMap<String, String>,
-    /// Sandboxes have no network in this release: always null.
+    /// Host-reachable address of the sandbox's current instance (unique on its host; a wake
+    /// gives a new one). Inside, every sandbox is `10.0.2.100`. Null without a network or
+    /// while hibernated.
     pub guest_ip: Option<String>,
+    /// Whether public destinations are reachable; null without a network.
+    pub allow_internet_access: Option<bool>,
+    /// The sandbox's egress lists (normalized); null without a network.
+    pub network: Option<SandboxNetwork>,
     /// Time from request to the guest answering, ms.
     pub boot_ms: Option<i64>,
     /// `cold`, `snapshot` (template or user snapshot), `fork` or `wake`.
@@ -251,6 +276,44 @@ pub struct Token {
     /// RFC 3339.
     pub created_at: String,
     pub expires_at: Option<String>,
+}
+
+/// `GET .../ports` reply (contract §2.2: the SDKs read `ports[].port`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ports {
+    pub ports: Vec<Port>,
+}
+
+/// A TCP port listening inside a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Port {
+    pub port: u16,
+    pub listening: bool,
+    /// Address it is bound to inside (`0.0.0.0`: every address; `127.0.0.1`: loopback only,
+    /// which the proxy cannot reach).
+    pub address: String,
+    /// Path of the authenticated reverse proxy to it.
+    pub proxy_url: String,
+}
+
+/// `POST .../preview-token` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewTokenRequest {
+    pub port: u16,
+    /// Lifetime of the token, seconds (default 3600, at most 7 days).
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+}
+
+/// `POST .../preview-token` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewToken {
+    /// A URL a browser can open as is (the token in it becomes a cookie).
+    pub url: String,
+    pub token: String,
+    /// RFC 3339.
+    pub expires_at: String,
 }
 
 /// Every error reply: `{"error": "<message>"}` (contract §7).

@@ -11,6 +11,13 @@
 //! in `pandastack-gvisor`; a Firecracker engine for KVM hosts would implement it with a vsock
 //! bridge instead, without touching the API layer.
 
+mod network;
+
+pub use network::{
+    EgressRule, EgressRuleError, InstanceNetwork, NetworkPolicy, DNS_ADDR, GATEWAY_ADDR,
+    GUEST_ADDR, GUEST_PREFIX,
+};
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -38,6 +45,8 @@ pub struct SandboxSpec {
     pub memory_mb: u32,
     /// Hostname inside the sandbox.
     pub hostname: String,
+    /// The instance's network and its egress policy; `None`: loopback only.
+    pub network: Option<NetworkPolicy>,
 }
 
 /// A started instance.
@@ -46,6 +55,8 @@ pub struct Instance {
     pub instance_id: InstanceId,
     /// Host unix socket that reaches the guest daemon.
     pub guest_socket: PathBuf,
+    /// The instance's network, when its spec asked for one.
+    pub network: Option<InstanceNetwork>,
 }
 
 /// What the engine knows of an instance.
@@ -127,6 +138,31 @@ pub trait Engine: Send + Sync + 'static {
     /// Instance ids the engine knows of (running or not), for adoption after a restart and
     /// for destroying orphans.
     async fn list(&self) -> Result<Vec<InstanceId>, EngineError>;
+
+    /// Replaces the egress policy of a running networked instance (a warm-pool instance
+    /// claimed by a create that asked for another policy). Takes effect for new flows at once.
+    ///
+    /// # Errors
+    /// [`EngineError::NotFound`] when the instance has no network; `Failed` when the host's
+    /// firewall refuses the rules.
+    async fn set_network_policy(&self, id: &str, policy: &NetworkPolicy)
+        -> Result<(), EngineError>;
+
+    /// The network of an existing instance (after a server restart), or `None` when it has
+    /// none.
+    async fn network(&self, id: &str, dir: &Path) -> Result<Option<InstanceNetwork>, EngineError>;
+
+    /// Start-up recovery of host-wide engine state: called once, before serving, with every
+    /// instance the server keeps (`(id, dir)`). The engine rebuilds what those need (firewall
+    /// rules) and removes everything else it owns that a crash left behind (network
+    /// namespaces, links, rules), without touching anything that is not its own.
+    async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError>;
+
+    /// Graceful stop of the server, after it destroyed its own transient instances (the warm
+    /// pool): the engine drops what it made ahead of time and, when no instance lives on
+    /// (`instances_remain` false), its host-wide state too (firewall table). Instances that
+    /// live on keep everything they need.
+    async fn shutdown(&self, instances_remain: bool);
 }
 
 /// Makes a new random [`InstanceId`] from 16 random bytes given by the caller.

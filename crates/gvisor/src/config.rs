@@ -15,9 +15,14 @@ pub const GUEST_MOUNT: &str = "/.pandastack";
 pub const GUEST_BINARY: &str = "/.pandastack/pandastack-guest";
 
 /// Renders the OCI config for `spec`. The cgroup path is relative (`pandastack/<id>`), which
-/// runsc honours on these cgroup-v1 hosts (notes pitfall 12).
-pub fn render(spec: &SandboxSpec) -> Value {
+/// runsc honours on these cgroup-v1 hosts (notes pitfall 12). `netns` is the network namespace
+/// the sandbox joins (`/run/netns/...`), or `None` for a private, empty one (loopback only).
+pub fn render(spec: &SandboxSpec, netns: Option<&std::path::Path>) -> Value {
     let memory_bytes = u64::from(spec.memory_mb) * 1024 * 1024;
+    let network_ns = match netns {
+        Some(path) => json!({"type": "network", "path": path}),
+        None => json!({"type": "network"}),
+    };
     json!({
         "ociVersion": "1.0.0",
         "process": {
@@ -51,7 +56,7 @@ pub fn render(spec: &SandboxSpec) -> Value {
                 "pids": {"limit": HOST_PIDS_LIMIT}
             },
             "namespaces": [
-                {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}
+                {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, network_ns
             ]
         }
     })
@@ -72,8 +77,9 @@ mod tests {
             cpu: 2,
             memory_mb: 512,
             hostname: "sandbox".into(),
+            network: None,
         };
-        let v = render(&spec);
+        let v = render(&spec, None);
         assert_eq!(
             v["linux"]["resources"]["memory"]["limit"],
             512 * 1024 * 1024
@@ -83,5 +89,11 @@ mod tests {
         assert_eq!(v["mounts"][3]["source"], "/g");
         assert_eq!(v["mounts"][3]["options"][1], "ro");
         assert_eq!(v["process"]["rlimits"][0]["hard"], NPROC_LIMIT);
+        assert_eq!(v["linux"]["namespaces"][4], json!({"type": "network"}));
+        let joined = render(&spec, Some(std::path::Path::new("/run/netns/ps-abcdef-1")));
+        assert_eq!(
+            joined["linux"]["namespaces"][4]["path"],
+            "/run/netns/ps-abcdef-1"
+        );
     }
 }

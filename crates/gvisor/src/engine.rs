@@ -1,12 +1,16 @@
 //! [`GvisorEngine`]: the [`Engine`] implementation over runsc and the shim.
 
+use crate::net::{InstanceNet, NetConfig, Networks, Slot};
 use crate::{cgroup, config, runsc::Runsc};
 use async_trait::async_trait;
 use pandastack_engine::{
-    Engine, EngineError, Instance, InstanceStats, InstanceStatus, SandboxSpec,
+    Engine, EngineError, Instance, InstanceId, InstanceNetwork, InstanceStats, InstanceStatus,
+    NetworkPolicy, SandboxSpec,
 };
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
@@ -24,13 +28,19 @@ pub struct GvisorConfig {
     pub platform: String,
     /// The program and leading arguments that start a shim, e.g. `[<pandastack>, "shim"]`.
     pub shim_command: Vec<String>,
+    /// Sandbox networking on this host; `None`: every instance gets loopback only and a spec
+    /// that asks for a network is refused.
+    pub network: Option<NetConfig>,
 }
 
 /// The gVisor engine. Cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GvisorEngine {
     runsc: Runsc,
     shim_command: Vec<String>,
+    net: Option<Arc<Networks>>,
+    /// Slot and directory of every networked instance this process knows.
+    slots: Arc<Mutex<HashMap<InstanceId, (Slot, PathBuf)>>>,
 }
 
 impl GvisorEngine {
@@ -40,6 +50,15 @@ impl GvisorEngine {
     /// I/O errors creating the state root.
     pub fn new(cfg: GvisorConfig) -> Result<Self, EngineError> {
         std::fs::create_dir_all(&cfg.state_root)?;
+        let net = cfg
+            .network
+            .map(Networks::start)
+            .transpose()
+            .map_err(|detail| EngineError::Failed {
+                op: "network setup",
+                id: "-".into(),
+                detail,
+            })?;
         Ok(GvisorEngine {
             runsc: Runsc {
                 binary: cfg.runsc,
@@ -47,19 +66,65 @@ impl GvisorEngine {
                 platform: cfg.platform,
             },
             shim_command: cfg.shim_command,
+            net,
+            slots: Arc::default(),
         })
+    }
+
+    /// The sandbox network of this host, when networking is on.
+    pub fn networks(&self) -> Option<&Arc<Networks>> {
+        self.net.as_ref()
     }
 
     fn socket(dir: &Path) -> PathBuf {
         dir.join("guest.sock")
     }
 
-    fn prepare(&self, spec: &SandboxSpec) -> Result<(), EngineError> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<InstanceId, (Slot, PathBuf)>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes the bundle and, for a networked spec, takes a network slot (recorded in
+    /// `net.json` so [`Engine::destroy`] and a restarted server find it).
+    async fn prepare(&self, spec: &SandboxSpec) -> Result<Option<InstanceNet>, EngineError> {
         std::fs::create_dir_all(spec.dir.join("bundle"))?;
         std::fs::create_dir_all(spec.dir.join("overlay"))?;
-        let cfg = config::render(spec);
+        let failed = |detail: String| EngineError::Failed {
+            op: "network setup",
+            id: spec.instance_id.clone(),
+            detail,
+        };
+        let net = match (&spec.network, &self.net) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(failed("sandbox networking is off on this host".into()));
+            }
+            (Some(policy), Some(nets)) => {
+                let slot = nets.take(policy).await.map_err(failed)?;
+                let record = InstanceNet {
+                    slot: slot.0,
+                    guest_ip: nets.layout().guest_ip(slot),
+                    policy: policy.clone(),
+                };
+                if let Err(e) = record.write(&spec.dir) {
+                    nets.release(slot).await;
+                    return Err(e.into());
+                }
+                self.slots()
+                    .insert(spec.instance_id.clone(), (slot, spec.dir.clone()));
+                debug!(instance_id = %spec.instance_id, slot = slot.0, guest_ip = %record.guest_ip, "network slot taken");
+                Some(record)
+            }
+        };
+        let netns = match (&net, &self.net) {
+            (Some(r), Some(nets)) => {
+                Some(Path::new("/run/netns").join(nets.layout().netns(Slot(r.slot))))
+            }
+            _ => None,
+        };
+        let cfg = config::render(spec, netns.as_deref());
         std::fs::write(spec.dir.join("bundle/config.json"), cfg.to_string())?;
-        Ok(())
+        Ok(net)
     }
 
     /// Starts the shim around `runsc <global> <sub_args>` in its own session and waits for the
@@ -68,6 +133,7 @@ impl GvisorEngine {
         &self,
         op: &'static str,
         spec: &SandboxSpec,
+        net: Option<InstanceNet>,
         sub_args: Vec<String>,
     ) -> Result<Instance, EngineError> {
         let dir = &spec.dir;
@@ -79,7 +145,10 @@ impl GvisorEngine {
             .append(true)
             .open(dir.join("shim.log"))?;
         let mut runsc_cmd = vec![self.runsc.binary.display().to_string()];
-        runsc_cmd.extend(self.runsc.global_args(Some(&dir.join("overlay"))));
+        runsc_cmd.extend(
+            self.runsc
+                .global_args(Some(&dir.join("overlay")), net.is_some()),
+        );
         runsc_cmd.extend(sub_args);
 
         let (program, lead) =
@@ -95,8 +164,11 @@ impl GvisorEngine {
             .arg("--socket")
             .arg(&socket)
             .arg("--exit-file")
-            .arg(&exit_file)
-            .arg("--")
+            .arg(&exit_file);
+        if net.is_some() {
+            cmd.arg("--hide-proc-sys-net");
+        }
+        cmd.arg("--")
             .args(&runsc_cmd)
             .current_dir(dir)
             .stdin(Stdio::null())
@@ -125,6 +197,7 @@ impl GvisorEngine {
                 return Ok(Instance {
                     instance_id: spec.instance_id.clone(),
                     guest_socket: socket,
+                    network: net.as_ref().map(InstanceNet::report),
                 });
             }
             if exit_file.exists() || started.elapsed() > START_TIMEOUT {
@@ -170,11 +243,12 @@ impl Engine for GvisorEngine {
     }
 
     async fn boot(&self, spec: &SandboxSpec) -> Result<Instance, EngineError> {
-        self.prepare(spec)?;
+        let net = self.prepare_or_clean(spec).await?;
         let bundle = spec.dir.join("bundle").display().to_string();
         self.start(
             "boot",
             spec,
+            net,
             vec![
                 "run".into(),
                 format!("--bundle={bundle}"),
@@ -185,7 +259,7 @@ impl Engine for GvisorEngine {
     }
 
     async fn restore(&self, spec: &SandboxSpec, image: &Path) -> Result<Instance, EngineError> {
-        self.prepare(spec)?;
+        let net = self.prepare_or_clean(spec).await?;
         let bundle = spec.dir.join("bundle").display().to_string();
         let args = vec![
             "restore".into(),
@@ -193,7 +267,7 @@ impl Engine for GvisorEngine {
             format!("--bundle={bundle}"),
             spec.instance_id.clone(),
         ];
-        self.start("restore", spec, args).await
+        self.start("restore", spec, net, args).await
     }
 
     async fn checkpoint(
@@ -260,7 +334,17 @@ impl Engine for GvisorEngine {
             .map(|_| ())
     }
 
+    /// Also releases the instance's network slot when this process holds it (an orphan's
+    /// namespace was already removed by [`Engine::recover`], and its slot number may be in use
+    /// again).
     async fn destroy(&self, id: &str, dir: &Path) -> Result<(), EngineError> {
+        // The network goes first: it takes milliseconds, while runsc can take seconds to stop a
+        // sandbox (which, disconnected, just keeps its netstack to itself until it dies).
+        let held = self.slots().remove(id);
+        if let (Some((slot, _)), Some(nets)) = (held, &self.net) {
+            nets.release(slot).await;
+            debug!(instance_id = id, slot = slot.0, "network slot released");
+        }
         // Frozen tasks cannot die: thaw a paused instance before killing it.
         let _ = cgroup::freeze(id, false);
         if let Err(e) = self
@@ -323,5 +407,79 @@ impl Engine for GvisorEngine {
             .filter(|l| !l.is_empty())
             .map(String::from)
             .collect())
+    }
+
+    async fn set_network_policy(
+        &self,
+        id: &str,
+        policy: &NetworkPolicy,
+    ) -> Result<(), EngineError> {
+        let found = self.slots().get(id).cloned();
+        let (Some((slot, dir)), Some(nets)) = (found, &self.net) else {
+            return Err(EngineError::NotFound(id.to_string()));
+        };
+        nets.set_policy(slot, policy)
+            .await
+            .map_err(|detail| EngineError::Failed {
+                op: "network policy",
+                id: id.to_string(),
+                detail,
+            })?;
+        InstanceNet {
+            slot: slot.0,
+            guest_ip: nets.layout().guest_ip(slot),
+            policy: policy.clone(),
+        }
+        .write(&dir)?;
+        Ok(())
+    }
+
+    async fn network(&self, _id: &str, dir: &Path) -> Result<Option<InstanceNetwork>, EngineError> {
+        Ok(InstanceNet::read(dir).map(|r| r.report()))
+    }
+
+    async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError> {
+        let Some(nets) = &self.net else {
+            return Ok(());
+        };
+        let mut kept = Vec::new();
+        for (id, dir) in keep {
+            if let Some(r) = InstanceNet::read(dir) {
+                self.slots().insert(id.clone(), (Slot(r.slot), dir.clone()));
+                kept.push((Slot(r.slot), r.policy));
+            }
+        }
+        nets.recover(&kept)
+            .await
+            .map_err(|detail| EngineError::Failed {
+                op: "network recovery",
+                id: "-".into(),
+                detail,
+            })
+    }
+
+    async fn shutdown(&self, instances_remain: bool) {
+        if let Some(nets) = &self.net {
+            nets.drain_stock().await;
+            if !instances_remain {
+                nets.remove_table().await;
+            }
+        }
+    }
+}
+
+impl GvisorEngine {
+    /// [`GvisorEngine::prepare`], removing what it made when it fails.
+    async fn prepare_or_clean(
+        &self,
+        spec: &SandboxSpec,
+    ) -> Result<Option<InstanceNet>, EngineError> {
+        match self.prepare(spec).await {
+            Ok(net) => Ok(net),
+            Err(e) => {
+                let _ = self.destroy(&spec.instance_id, &spec.dir).await;
+                Err(e)
+            }
+        }
     }
 }

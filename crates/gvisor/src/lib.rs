@@ -11,12 +11,14 @@
 //! restore, so the same design carries snapshots, forks and hibernation.
 //!
 //! runsc runs with `--platform=ptrace` (systrap burns ~3 % of a core per idle sandbox here),
-//! `--network=none`, cgroup limits from the template and `RLIMIT_NPROC` so a fork bomb fails
+//! `--network=sandbox` in a network namespace of its own ([`net`]; `--network=none` when
+//! networking is off), cgroup limits from the template and `RLIMIT_NPROC` so a fork bomb fails
 //! with EAGAIN instead of crashing the sandbox (notes pitfall 9).
 
 mod cgroup;
 mod config;
 mod engine;
+pub mod net;
 mod runsc;
 pub mod shim;
 

@@ -17,13 +17,22 @@ pub struct Runsc {
 }
 
 impl Runsc {
-    /// Global flags for an instance whose private overlay lives in `overlay_dir`.
-    pub fn global_args(&self, overlay_dir: Option<&Path>) -> Vec<String> {
+    /// Global flags for starting an instance whose private overlay lives in `overlay_dir`
+    /// (`None` for commands on an existing instance). `networked` instances use gVisor's
+    /// netstack on the namespace's interfaces (`--network=sandbox`; `--net-disconnect-ok` so a
+    /// link that goes away with its namespace does not bring the sandbox down: its default
+    /// is off in this runsc); the others get loopback only.
+    pub fn global_args(&self, overlay_dir: Option<&Path>, networked: bool) -> Vec<String> {
         let mut args = vec![
             format!("--root={}", self.root.display()),
             format!("--platform={}", self.platform),
-            "--network=none".to_string(),
         ];
+        if networked {
+            args.push("--network=sandbox".to_string());
+            args.push("--net-disconnect-ok".to_string());
+        } else {
+            args.push("--network=none".to_string());
+        }
         if let Some(dir) = overlay_dir {
             args.push(format!("--overlay2=root:dir={}", dir.display()));
         }
@@ -41,7 +50,7 @@ impl Runsc {
         args: &[&str],
     ) -> Result<String, EngineError> {
         let out = Command::new(&self.binary)
-            .args(self.global_args(None))
+            .args(self.global_args(None, false))
             .args(args)
             .stdin(std::process::Stdio::null())
             .output()

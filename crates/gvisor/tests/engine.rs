@@ -101,6 +101,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
         state_root: work.join("runsc"),
         platform: "ptrace".into(),
         shim_command: vec![shim.display().to_string(), "shim".into()],
+        network: None,
     })
     .unwrap();
     // Ids unique to this run: a killed earlier run may have left cgroups behind (frozen ones
@@ -121,6 +122,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
             cpu: 1,
             memory_mb: 256,
             hostname: "sandbox".into(),
+            network: None,
         }
     };
 
@@ -190,5 +192,185 @@ async fn boot_checkpoint_restore_pause_destroy() {
         );
     }
     assert!(engine.list().await.unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The files of the test's prerequisites, or `None` (after a `SKIPPED:` line) when they are
+/// missing outside scripts/test.sh.
+fn prerequisites() -> Option<(PathBuf, PathBuf, PathBuf)> {
+    match (
+        env_path("PANDASTACK_TEST_ROOTFS"),
+        env_path("PANDASTACK_TEST_GUEST_DIR"),
+        env_path("PANDASTACK_TEST_SHIM"),
+    ) {
+        (Some(r), Some(g), Some(s)) => Some((r, g, s)),
+        _ => {
+            let why = "engine test needs PANDASTACK_TEST_ROOTFS, PANDASTACK_TEST_GUEST_DIR, PANDASTACK_TEST_SHIM";
+            if std::env::var("PANDASTACK_REQUIRE_SANDBOX_TESTS").as_deref() == Ok("1") {
+                panic!("{why}");
+            }
+            println!("SKIPPED: {why}");
+            None
+        }
+    }
+}
+
+/// Names under `dir` that start with `prefix`.
+fn names_with(dir: &str, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One HTTP/1.0 GET from the host to `ip:port`; the status line, or the connect error.
+fn http_get(ip: std::net::Ipv4Addr, port: u16) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from((ip, port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+    Ok(out.lines().next().unwrap_or_default().to_string())
+}
+
+/// Networked instances: each one's listener is reachable from the host at its own
+/// `guest_ip` (also after a checkpoint is restored into a new namespace), instances cannot
+/// reach each other until a policy's `allow_out` opens exactly that, and destroying them
+/// leaves no namespace, link or policy chain behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn networked_instances_get_their_own_address_and_policy() {
+    let Some((rootfs, guest_dir, shim)) = prerequisites() else {
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("pandastack-net-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let tag = format!("{:06x}", std::process::id() % 0xff_ffff);
+    let engine = GvisorEngine::new(GvisorConfig {
+        runsc: "runsc".into(),
+        state_root: work.join("runsc"),
+        platform: "ptrace".into(),
+        shim_command: vec![shim.display().to_string(), "shim".into()],
+        network: Some(pandastack_gvisor::net::NetConfig {
+            data_dir: work.clone(),
+            tag: tag.clone(),
+            cidr: None,
+            stock: 1,
+        }),
+    })
+    .unwrap();
+    engine.recover(&[]).await.expect("network recovery");
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let spec = |n: u8| {
+        let mut bytes = [n; 16];
+        bytes[..12].copy_from_slice(&(nonce ^ u128::from(std::process::id())).to_be_bytes()[4..]);
+        let id = instance_id_from(bytes);
+        SandboxSpec {
+            dir: work.join(&id),
+            instance_id: id,
+            rootfs: rootfs.clone(),
+            guest_dir: guest_dir.clone(),
+            cpu: 1,
+            memory_mb: 256,
+            hostname: "sandbox".into(),
+            network: Some(pandastack_engine::NetworkPolicy::open()),
+        }
+    };
+
+    let a = spec(1);
+    let inst = engine.boot(&a).await.expect("networked boot");
+    let ip_a = inst.network.expect("guest_ip").guest_ip;
+    let (addr, _) = exec_stdout(&inst.guest_socket, "cat /proc/net/route");
+    assert!(addr.contains("eth0"), "no eth0 route inside: {addr}");
+    exec_stdout(
+        &inst.guest_socket,
+        "sh -c 'cd / && setsid python3 -m http.server 8000 >/dev/null 2>&1 < /dev/null &'",
+    );
+    let mut status = Err(String::new());
+    for _ in 0..50 {
+        status = http_get(ip_a, 8000);
+        if status.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        status.as_deref().unwrap_or_default().contains("200"),
+        "{status:?}"
+    );
+
+    let image = work.join("image");
+    engine
+        .checkpoint(&a.instance_id, &image, true)
+        .await
+        .expect("checkpoint");
+    let b = spec(2);
+    let restored = engine.restore(&b, &image).await.expect("networked restore");
+    let ip_b = restored.network.expect("guest_ip").guest_ip;
+    assert_ne!(ip_a, ip_b, "two instances share an address");
+    assert!(
+        http_get(ip_b, 8000).unwrap_or_default().contains("200"),
+        "restored listener"
+    );
+    assert!(
+        http_get(ip_a, 8000).unwrap_or_default().contains("200"),
+        "original listener"
+    );
+
+    // b cannot reach a (another sandbox) until its policy names a's address and port.
+    let probe = format!("curl -s -m 3 -o /dev/null -w %{{http_code}} http://{ip_a}:8000/");
+    let (code, _) = exec_stdout(&restored.guest_socket, &probe);
+    assert_eq!(code, "000", "another sandbox was reachable: {code}");
+    let opened = pandastack_engine::NetworkPolicy {
+        internet: false,
+        allow_out: vec![format!("{ip_a}:8000").parse().unwrap()],
+        deny_out: vec![],
+    };
+    engine
+        .set_network_policy(&b.instance_id, &opened)
+        .await
+        .expect("set policy");
+    let (code, _) = exec_stdout(&restored.guest_socket, &probe);
+    assert_eq!(code, "200", "allow_out did not open the address");
+
+    for s in [&a, &b] {
+        engine
+            .destroy(&s.instance_id, &s.dir)
+            .await
+            .expect("destroy");
+    }
+    let nets = engine.networks().unwrap().clone();
+    nets.drain_stock().await;
+    assert_eq!(
+        names_with("/run/netns", &format!("ps-{tag}-")),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        names_with("/sys/class/net", &format!("ps{tag}-")),
+        Vec::<String>::new()
+    );
+    let table = std::process::Command::new("nft")
+        .args(["list", "table", "inet", &format!("pandastack_{tag}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        !text.contains("chain slot_"),
+        "policy chains left behind: {text}"
+    );
+    let _ = std::process::Command::new("nft")
+        .args(["delete", "table", "inet", &format!("pandastack_{tag}")])
+        .status();
     let _ = std::fs::remove_dir_all(&work);
 }

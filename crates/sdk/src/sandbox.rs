@@ -363,6 +363,32 @@ impl Sandbox {
         self.client.json(self.call(Method::GET, &["events"])).await
     }
 
+    /// TCP ports listening inside the sandbox, each with the path of its proxy
+    /// (`GET .../ports`, issue 7).
+    ///
+    /// # Errors
+    /// [`crate::Error::Conflict`] when the sandbox is not running.
+    pub async fn ports(&self) -> Result<Vec<api::Port>> {
+        let ports: api::Ports = self.client.json(self.call(Method::GET, &["ports"])).await?;
+        Ok(ports.ports)
+    }
+
+    /// A signed, expiring URL that opens `port` of the sandbox in a browser without an API
+    /// key (`POST .../preview-token`, issue 7); `ttl_seconds` defaults to the server's 3600.
+    ///
+    /// # Errors
+    /// [`crate::Error::BadRequest`] for port 0 or a TTL over 7 days.
+    pub async fn preview_token(
+        &self,
+        port: u16,
+        ttl_seconds: Option<u64>,
+    ) -> Result<api::PreviewToken> {
+        let call = self
+            .call(Method::POST, &["preview-token"])
+            .json(&api::PreviewTokenRequest { port, ttl_seconds })?;
+        self.client.json(call).await
+    }
+
     /// CPU and memory from the sandbox's cgroup (`GET .../metrics`).
     ///
     /// # Errors

@@ -49,6 +49,9 @@ pub enum ApiError {
     /// "timeout", which the SDKs turn into `SandboxTimeout`, contract §1.5).
     #[error("{0}")]
     Timeout(String),
+    /// 502: the port proxy reached nothing (or no HTTP) inside the sandbox.
+    #[error("{0}")]
+    BadGateway(String),
     /// 503: the sandbox's guest channel is not reachable (message carries "connection refused"
     /// so the SDKs' warm-up retry applies, contract §1.4).
     #[error("{0}")]
@@ -60,6 +63,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,

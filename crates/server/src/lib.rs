@@ -16,13 +16,15 @@ pub mod extract;
 pub mod guest;
 pub mod host;
 pub mod metrics;
+pub mod previews;
 pub mod state;
 
 use axum::Router;
-use host::{Host, HostConfig};
+use host::{Host, HostConfig, NetworkDefaults};
 use pandastack_engine::Engine;
 use pandastack_store::Store;
 use pandastack_templates::TemplateStore;
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +36,8 @@ pub struct AppState {
     pub host: Arc<Host>,
     /// The MCP endpoint served at `/mcp` (`api::mcp`).
     pub mcp: api::mcp::Endpoint,
+    /// How port previews are served and authenticated.
+    pub previews: Arc<previews::Previews>,
 }
 
 /// The whole HTTP application; tests call it directly.
@@ -50,7 +54,9 @@ pub fn app(state: AppState) -> Router {
         .merge(api::fs::router())
         .merge(api::repl::router())
         .merge(api::templates::router())
-        .merge(api::tokens::router());
+        .merge(api::tokens::router())
+        .merge(api::ports::router())
+        .merge(api::proxy::router());
     Router::new()
         .nest("/v1", v1)
         .nest_service("/mcp", api::mcp::service(state.clone()))
@@ -61,6 +67,10 @@ pub fn app(state: AppState) -> Router {
         )
         .fallback(|| async { error::ApiError::NotFound("no such endpoint".into()) })
         .layer(axum::middleware::from_fn(api::metrics::track))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::proxy::preview_hosts,
+        ))
         .with_state(state)
 }
 
@@ -84,6 +94,27 @@ pub struct ServerConfig {
     pub mcp_calls_per_second: f64,
     /// Serve `GET /metrics` without an API key (default: any valid key is needed).
     pub public_metrics: bool,
+    /// Sandbox networking.
+    pub network: NetworkSettings,
+}
+
+/// Sandbox networking settings of `pandastack server` (issue 7).
+#[derive(Debug, Clone)]
+pub struct NetworkSettings {
+    /// `--sandbox-network sandbox` (true: a network namespace per sandbox) or `none`
+    /// (loopback only).
+    pub enabled: bool,
+    /// `--sandbox-egress allow|deny`: whether sandboxes reach public addresses by default.
+    pub internet_default: bool,
+    /// `--sandbox-cidr`: the host-side range of sandbox addresses (default: a free /16 of
+    /// 10.200-10.254 claimed for this data dir).
+    pub cidr: Option<String>,
+    /// `--netns-stock`: network namespaces made ahead of time.
+    pub netns_stock: usize,
+    /// `--preview-host-suffix`: serve `{port}-{id}.{suffix}` as previews.
+    pub preview_host_suffix: Option<String>,
+    /// `--public-previews`: previews need no token.
+    pub public_previews: bool,
 }
 
 /// Errors that stop the server from starting.
@@ -99,6 +130,8 @@ pub enum StartError {
     Recover(String),
     #[error("{0}")]
     Locked(#[from] datadir_lock::LockError),
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Takes the data-dir lock ([`datadir_lock`]), opens the store, creates the first workspace
@@ -116,14 +149,24 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     let store = Arc::new(Store::open(&cfg.data_dir.join("store.db"))?);
     bootstrap(&store, &cfg)?;
     let guest_dir = host::install_guest_dir(&cfg.data_dir, &cfg.guest_bin, &cfg.kernel_py)?;
+    let network = network_config(&cfg)?;
     let engine: Arc<dyn Engine> = Arc::new(pandastack_gvisor::GvisorEngine::new(
         pandastack_gvisor::GvisorConfig {
             runsc: cfg.runsc.clone(),
             state_root: cfg.data_dir.join("runsc"),
             platform: cfg.platform.clone(),
             shim_command: cfg.shim_command.clone(),
+            network,
         },
     )?);
+    let secret = store.setting_or_insert(previews::SECRET_SETTING, || {
+        hex::encode(rand::random::<[u8; 32]>())
+    })?;
+    let previews = Arc::new(previews::Previews::new(
+        cfg.network.preview_host_suffix.clone(),
+        cfg.network.public_previews,
+        hex::decode(secret).unwrap_or_default(),
+    ));
     let templates = Arc::new(TemplateStore::new(cfg.data_dir.join("templates")));
     let host = Host::new(
         store,
@@ -136,6 +179,9 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             pool_size: cfg.pool_size,
             idle_hibernate_seconds: cfg.idle_hibernate_seconds,
             public_metrics: cfg.public_metrics,
+            network: cfg.network.enabled.then_some(NetworkDefaults {
+                internet: cfg.network.internet_default,
+            }),
         },
     );
     host.recover()
@@ -148,10 +194,78 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     let mcp = api::mcp::Endpoint::new(listener.local_addr()?, cfg.mcp_calls_per_second)
         .map_err(|e| StartError::Recover(format!("mcp endpoint: {e}")))?;
     info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "pandastack server listening");
-    axum::serve(listener, app(AppState { host, mcp }))
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopping = stop.clone();
+    let mut serve = tokio::spawn(
+        axum::serve(
+            listener,
+            app(AppState {
+                host: host.clone(),
+                mcp,
+                previews,
+            }),
+        )
         .tcp_nodelay(true)
-        .await?;
+        .with_graceful_shutdown(async move { stopping.notified().await })
+        .into_future(),
+    );
+    tokio::select! {
+        done = &mut serve => {
+            done.map_err(|e| StartError::Recover(format!("server task: {e}")))??;
+            return Ok(());
+        }
+        _ = stop_signal() => {}
+    }
+    // Requests in flight get a few seconds; open streams (events, logs) are cut after that.
+    info!("stopping: sandboxes keep running; removing the warm pool");
+    stop.notify_one();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut serve).await;
+    host.shutdown().await;
     Ok(())
+}
+
+/// Resolves at SIGTERM or SIGINT.
+async fn stop_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// The engine's networking settings: this data dir's tag (the first 6 hex digits of the SHA-256
+/// of its canonical path) names everything the server makes on the host.
+fn network_config(
+    cfg: &ServerConfig,
+) -> Result<Option<pandastack_gvisor::net::NetConfig>, StartError> {
+    if !cfg.network.enabled {
+        return Ok(None);
+    }
+    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
+    let digest = {
+        use sha2::Digest;
+        sha2::Sha256::digest(data_dir.display().to_string().as_bytes())
+    };
+    let cidr = cfg
+        .network
+        .cidr
+        .as_deref()
+        .map(pandastack_gvisor::net::parse_cidr)
+        .transpose()
+        .map_err(|e| StartError::Config(format!("--sandbox-cidr: {e}")))?;
+    Ok(Some(pandastack_gvisor::net::NetConfig {
+        tag: hex::encode(&digest[..3]),
+        data_dir,
+        cidr,
+        stock: cfg.network.netns_stock,
+    }))
 }
 
 fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {

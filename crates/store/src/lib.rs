@@ -8,6 +8,7 @@
 mod migrations;
 mod rows;
 mod sandboxes;
+mod settings;
 mod workspaces;
 
 pub use rows::*;

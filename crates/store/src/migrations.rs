@@ -80,6 +80,16 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX events_sandbox ON events(sandbox_id);
     "#,
+    // 2: sandbox networking (issue 7): the egress policy of each sandbox, the address of its
+    // current instance, and server settings (the preview-token secret).
+    r#"
+    ALTER TABLE sandboxes ADD COLUMN network TEXT;
+    ALTER TABLE sandboxes ADD COLUMN guest_ip TEXT;
+    CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    "#,
 ];
 
 /// Runs every migration past the database's `user_version`, each in its own transaction.

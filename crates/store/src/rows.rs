@@ -54,6 +54,11 @@ pub struct SandboxRow {
     /// Checkpoint image of a hibernated sandbox.
     pub hibernate_image: Option<String>,
     pub deleted_at: Option<i64>,
+    /// The sandbox's egress policy (the engine's `NetworkPolicy` as JSON), applied to every
+    /// instance it gets; `None`: no network.
+    pub network: Option<serde_json::Value>,
+    /// Host-reachable address of the current instance (issue 7), when it has a network.
+    pub guest_ip: Option<String>,
 }
 
 /// A code context: a REST handle bound to one kernel in a sandbox.

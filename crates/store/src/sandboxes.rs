@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension};
 
 const SANDBOX_COLS: &str = "id, workspace_id, template, template_generation, status, cpu, memory_mb, metadata, envs,
     ttl_seconds, persistent, created_at, last_active_at, instance_id, instance_dir, rootfs, guest_dir, boot_ms,
-    boot_mode, from_snapshot, hibernate_image, deleted_at";
+    boot_mode, from_snapshot, hibernate_image, deleted_at, network, guest_ip";
 
 fn sandbox_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
     let json = |i: usize| -> rusqlite::Result<std::collections::BTreeMap<String, String>> {
@@ -37,6 +37,19 @@ fn sandbox_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
         from_snapshot: r.get(19)?,
         hibernate_image: r.get(20)?,
         deleted_at: r.get(21)?,
+        network: r
+            .get::<_, Option<String>>(22)?
+            .map(|s| {
+                serde_json::from_str(&s).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        22,
+                        rusqlite::types::Type::Text,
+                        Box::new(e),
+                    )
+                })
+            })
+            .transpose()?,
+        guest_ip: r.get(23)?,
     })
 }
 
@@ -48,7 +61,8 @@ impl Store {
     pub fn put_sandbox(&self, s: &SandboxRow) -> Result<(), StoreError> {
         let sql = format!(
             "INSERT OR REPLACE INTO sandboxes ({SANDBOX_COLS}) VALUES
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
+              ?23, ?24)"
         );
         self.conn().execute(
             &sql,
@@ -74,7 +88,9 @@ impl Store {
                 s.boot_mode,
                 s.from_snapshot,
                 s.hibernate_image,
-                s.deleted_at
+                s.deleted_at,
+                s.network.as_ref().map(|v| v.to_string()),
+                s.guest_ip
             ],
         )?;
         Ok(())
@@ -360,6 +376,8 @@ mod tests {
             from_snapshot: None,
             hibernate_image: None,
             deleted_at: None,
+            network: Some(serde_json::json!({"internet": true})),
+            guest_ip: Some("10.201.0.6".into()),
         }
     }
 

@@ -20,6 +20,9 @@ pub enum RecipeError {
     /// Wheels need `python3-pip` in the package list to be installed.
     #[error("recipe installs wheels but not python3-pip")]
     WheelsWithoutPip,
+    /// A CA certificate file name is not `NAME.crt` of safe characters.
+    #[error("invalid CA certificate file name {0:?}")]
+    CaCertificate(String),
 }
 
 /// The step of a bake that failed; shown in [`BakeError`] messages.

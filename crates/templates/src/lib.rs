@@ -64,7 +64,7 @@ pub use error::{BakeError, BakeStep, RecipeError, StoreError};
 pub use meta::TemplateInfo;
 pub use mmdebstrap::MmdebstrapBuilder;
 pub use recipe::{
-    validate_name, Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, MODE,
+    validate_name, CaCertificate, Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, MODE,
     RECIPE_FORMAT_VERSION, SUITE, VARIANT, WHEELS_HOOK, WHEEL_PLATFORM, WHEEL_PYTHON,
 };
 pub use store::TemplateStore;

@@ -82,6 +82,15 @@ impl Builder for MmdebstrapBuilder {
             let hook = write_hook(work_dir, "wheels.sh", WHEELS_HOOK)?;
             cmd.env("PANDASTACK_WHEEL_DIR", stage).arg(hook_arg(&hook));
         }
+        if !recipe.ca_certificates.is_empty() {
+            let dir = work_dir.join("ca");
+            fs::create_dir_all(&dir).map_err(BakeError::io(BakeStep::Bootstrap))?;
+            for ca in &recipe.ca_certificates {
+                fs::write(dir.join(&ca.name), &ca.pem)
+                    .map_err(BakeError::io(BakeStep::Bootstrap))?;
+            }
+            cmd.env("PANDASTACK_CA_DIR", &dir);
+        }
         let finish = write_hook(work_dir, "finish.sh", FINISH_HOOK)?;
         cmd.arg(hook_arg(&finish))
             .arg(SUITE)

@@ -14,7 +14,7 @@ use crate::error::RecipeError;
 /// Bumped whenever the builder changes the rootfs in a way the other hashed
 /// inputs do not show (new mmdebstrap flags, a different cleanup), so every
 /// cached build is baked again.
-pub const RECIPE_FORMAT_VERSION: u32 = 1;
+pub const RECIPE_FORMAT_VERSION: u32 = 2;
 
 /// Debian release every template is bootstrapped from.
 pub const SUITE: &str = "bookworm";
@@ -74,6 +74,17 @@ pub struct Recipe {
     pub cpu: u32,
     /// Default memory of a sandbox made from this template, in MiB.
     pub memory_mb: u32,
+    /// Certificate authorities the host trusts beyond Debian's bundle (its
+    /// `/usr/local/share/ca-certificates`, e.g. a TLS-inspecting egress proxy's),
+    /// added to the rootfs so pip, npm, git and curl inside sandboxes trust them too.
+    pub ca_certificates: Vec<CaCertificate>,
+}
+
+/// One extra trusted CA: a file name (`*.crt`) and its PEM text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaCertificate {
+    pub name: String,
+    pub pem: String,
 }
 
 impl Recipe {
@@ -110,6 +121,12 @@ impl Recipe {
         field("wheel-python", WHEEL_PYTHON);
         field("finish-hook", FINISH_HOOK);
         field("wheels-hook", WHEELS_HOOK);
+        let mut cas: Vec<&CaCertificate> = self.ca_certificates.iter().collect();
+        cas.sort_by(|a, b| a.name.cmp(&b.name));
+        for ca in cas {
+            field("ca-name", &ca.name);
+            field("ca-pem", &ca.pem);
+        }
         out
     }
 
@@ -128,6 +145,13 @@ impl Recipe {
         }
         if !self.pip_wheels.is_empty() && !self.packages.iter().any(|p| p == "python3-pip") {
             return Err(RecipeError::WheelsWithoutPip);
+        }
+        if let Some(ca) = self
+            .ca_certificates
+            .iter()
+            .find(|c| !is_ca_file_name(&c.name))
+        {
+            return Err(RecipeError::CaCertificate(ca.name.clone()));
         }
         Ok(())
     }
@@ -157,6 +181,16 @@ fn is_package_name(p: &str) -> bool {
         && p.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
         && p.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b))
+}
+
+/// `NAME.crt` with NAME from `[A-Za-z0-9._-]`, not hidden (update-ca-certificates reads
+/// `*.crt`).
+fn is_ca_file_name(n: &str) -> bool {
+    n.len() > 4
+        && n.ends_with(".crt")
+        && !n.starts_with('.')
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 /// `name==version`, both from `[A-Za-z0-9._-]` (no extras, URLs or ranges).
@@ -222,6 +256,21 @@ mod tests {
     }
 
     #[test]
+    fn hash_covers_extra_certificate_authorities() {
+        let mut r = base();
+        r.ca_certificates.clear();
+        let h = r.hash();
+        r.ca_certificates.push(CaCertificate {
+            name: "proxy.crt".into(),
+            pem: "-----BEGIN CERTIFICATE-----".into(),
+        });
+        assert_ne!(r.hash(), h);
+        assert!(r.validate().is_ok());
+        r.ca_certificates[0].name = "../x.crt".into();
+        assert!(matches!(r.validate(), Err(RecipeError::CaCertificate(_))));
+    }
+
+    #[test]
     fn builtins_differ() {
         let ci = builtin("code-interpreter").expect("built in");
         assert_ne!(ci.hash(), base().hash());
@@ -240,6 +289,7 @@ mod tests {
         r.pip_wheels.push("kaleido>=0.2".into());
         assert!(matches!(r.validate(), Err(RecipeError::Wheel(_))));
         let mut r = base();
+        r.packages.retain(|p| p != "python3-pip");
         r.pip_wheels.push("kaleido==0.2.1".into());
         assert_eq!(r.validate(), Err(RecipeError::WheelsWithoutPip));
     }

@@ -10,6 +10,8 @@ pub mod lifecycle;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;
+pub mod ports;
+pub mod proxy;
 pub mod repl;
 pub mod sandboxes;
 pub mod snapshots;
@@ -52,7 +54,12 @@ pub fn sandbox_json(r: &SandboxRow) -> pandastack_api::Sandbox {
         cpu: r.cpu,
         memory_mb: r.memory_mb,
         metadata: r.metadata.clone(),
-        guest_ip: None,
+        guest_ip: r.guest_ip.clone(),
+        allow_internet_access: crate::host::network::policy_of(r).map(|p| p.internet),
+        network: crate::host::network::policy_of(r).map(|p| pandastack_api::SandboxNetwork {
+            allow_out: Some(p.allow_out.iter().map(ToString::to_string).collect()),
+            deny_out: Some(p.deny_out.iter().map(ToString::to_string).collect()),
+        }),
         boot_ms: r.boot_ms,
         boot_mode: r.boot_mode.clone(),
         created_at: rfc3339(r.created_at),

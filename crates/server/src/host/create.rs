@@ -5,10 +5,10 @@ use super::{Host, Live};
 use crate::error::ApiError;
 use crate::guest::GuestConn;
 use crate::state::SandboxState;
-use pandastack_engine::{instance_id_from, SandboxSpec};
+use pandastack_engine::{instance_id_from, NetworkPolicy, SandboxSpec};
 use pandastack_store::{now_ms, SandboxRow};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,8 @@ pub struct CreateSpec {
     pub persistent: bool,
     pub metadata: BTreeMap<String, String>,
     pub envs: BTreeMap<String, String>,
+    /// Egress policy of the sandbox's network; `None`: no network (networking off).
+    pub network: Option<NetworkPolicy>,
 }
 
 impl CreateSpec {
@@ -62,6 +64,11 @@ impl CreateSpec {
             from_snapshot,
             hibernate_image: None,
             deleted_at: None,
+            network: self
+                .network
+                .as_ref()
+                .and_then(|p| serde_json::to_value(p).ok()),
+            guest_ip: None,
         }
     }
 }
@@ -102,6 +109,7 @@ impl Host {
         guest_dir: &str,
         cpu: u32,
         memory_mb: u32,
+        network: Option<NetworkPolicy>,
     ) -> SandboxSpec {
         let instance_id = instance_id_from(*uuid::Uuid::new_v4().as_bytes());
         SandboxSpec {
@@ -112,6 +120,7 @@ impl Host {
             cpu,
             memory_mb,
             hostname: "sandbox".into(),
+            network,
         }
     }
 
@@ -140,7 +149,7 @@ impl Host {
         self.store.put_sandbox(&row)?;
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());
-        match self.boot_cold(&live).await {
+        match self.start_instance(&live, None).await {
             Ok(conn) => {
                 live.set_conn(conn).await;
                 live.row.lock().await.boot_ms = Some(started.elapsed().as_millis() as i64);
@@ -155,26 +164,55 @@ impl Host {
         }
     }
 
-    async fn boot_cold(&self, live: &Live) -> Result<GuestConn, ApiError> {
-        let (rootfs, guest_dir, cpu, mem) = {
+    /// Starts a new instance for `live` from its row (rootfs, guest dir, resources, network):
+    /// a cold boot, or a restore of `image`. The row names the instance before the engine
+    /// starts it (so a crash in between leaves an instance the next start can find) and gets
+    /// its `guest_ip` once it runs.
+    pub(super) async fn start_instance(
+        &self,
+        live: &Live,
+        image: Option<&Path>,
+    ) -> Result<GuestConn, ApiError> {
+        let spec = {
             let r = live.row.lock().await;
-            (r.rootfs.clone(), r.guest_dir.clone(), r.cpu, r.memory_mb)
+            self.instance_spec(
+                &r.rootfs,
+                &r.guest_dir,
+                r.cpu,
+                r.memory_mb,
+                super::network::policy_of(&r),
+            )
         };
-        let spec = self.instance_spec(&rootfs, &guest_dir, cpu, mem);
         {
             let mut r = live.row.lock().await;
             r.instance_id = Some(spec.instance_id.clone());
             r.instance_dir = Some(spec.dir.display().to_string());
+            r.guest_ip = None;
             self.store.put_sandbox(&r)?;
         }
-        let inst = self
-            .engine
-            .boot(&spec)
+        let inst = match image {
+            None => self.engine.boot(&spec).await,
+            Some(image) => self.engine.restore(&spec, image).await,
+        }
+        .map_err(|e| {
+            ApiError::internal(
+                if image.is_some() {
+                    "restore"
+                } else {
+                    "sandbox boot"
+                },
+                e,
+            )
+        })?;
+        let conn = GuestConn::connect(&inst.guest_socket, HANDSHAKE_TIMEOUT)
             .await
-            .map_err(|e| ApiError::internal("sandbox boot", e))?;
-        GuestConn::connect(&inst.guest_socket, HANDSHAKE_TIMEOUT)
-            .await
-            .map_err(|e| ApiError::internal("guest handshake", e))
+            .map_err(|e| ApiError::internal("guest handshake", e))?;
+        if let Some(n) = inst.network {
+            let mut r = live.row.lock().await;
+            r.guest_ip = Some(n.guest_ip.to_string());
+            self.store.put_sandbox(&r)?;
+        }
+        Ok(conn)
     }
 
     /// Marks a sandbox `failed` and releases its instance (the row stays, so the user sees why).
@@ -184,6 +222,7 @@ impl Host {
         live.drop_conn().await;
         let (id, dir) = {
             let mut r = live.row.lock().await;
+            r.guest_ip = None;
             (r.instance_id.take(), r.instance_dir.take())
         };
         if let Err(e) = self.set_state(live, SandboxState::Failed, cause).await {

@@ -66,6 +66,7 @@ impl Host {
                 persistent: false,
                 metadata: md,
                 envs: r.envs.clone(),
+                network: super::network::policy_of(&r),
             };
             (base, spec)
         };

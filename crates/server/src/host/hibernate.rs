@@ -6,9 +6,8 @@
 use super::{Host, Live};
 use crate::error::ApiError;
 use crate::state::SandboxState;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use tracing::warn;
 
 impl Host {
     /// The sandbox `id` of the workspace, woken first when hibernated (issue 3: any request
@@ -53,18 +52,13 @@ impl Host {
         // background; the sandbox is hibernated as soon as its image is written.
         let dir = live.row.lock().await.instance_dir.clone();
         if let Some(dir) = dir {
-            let engine = self.engine.clone();
-            let (sandbox_id, iid) = (live.id.clone(), iid.clone());
-            tokio::spawn(async move {
-                if let Err(e) = engine.destroy(&iid, Path::new(&dir)).await {
-                    warn!(sandbox_id = %sandbox_id, error = %e, "removing hibernated instance");
-                }
-            });
+            self.destroy_instance_later(iid.clone(), PathBuf::from(dir));
         }
         {
             let mut r = live.row.lock().await;
             r.instance_id = None;
             r.instance_dir = None;
+            r.guest_ip = None;
             r.hibernate_image = Some(image.display().to_string());
         }
         self.set_state(live, SandboxState::Hibernated, cause).await
@@ -90,7 +84,7 @@ impl Host {
         };
         let image =
             image.ok_or_else(|| ApiError::internal("wake", "hibernated sandbox has no image"))?;
-        match self.boot_from_image(live, &image).await {
+        match self.start_instance(live, Some(&image)).await {
             Ok(conn) => {
                 live.set_conn(conn).await;
                 {

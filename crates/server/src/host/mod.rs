@@ -9,6 +9,7 @@ mod health;
 mod hibernate;
 mod live;
 pub mod logs;
+pub mod network;
 mod pause;
 mod pool;
 mod ready;
@@ -20,7 +21,7 @@ mod template_image;
 pub use create::CreateSpec;
 pub use fork::{Promotion, MAX_FORK_COUNT};
 pub use guest_dir::install_guest_dir;
-pub use live::Live;
+pub use live::{Activity, Live};
 pub use template_image::TEMPLATE_KERNEL_PREFIX;
 
 use crate::error::ApiError;
@@ -49,6 +50,27 @@ pub struct HostConfig {
     pub pool_size: usize,
     /// Serve `GET /metrics` without an API key.
     pub public_metrics: bool,
+    /// Sandbox networking (issue 7); `None`: sandboxes get loopback only.
+    pub network: Option<NetworkDefaults>,
+}
+
+/// Server-wide defaults of sandbox networking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkDefaults {
+    /// Whether a sandbox reaches public addresses when its create does not say
+    /// (`--sandbox-egress allow|deny`).
+    pub internet: bool,
+}
+
+impl HostConfig {
+    /// The policy of a sandbox whose create says nothing about its network.
+    pub fn default_network_policy(&self) -> Option<pandastack_engine::NetworkPolicy> {
+        self.network.map(|d| pandastack_engine::NetworkPolicy {
+            internet: d.internet,
+            allow_out: Vec::new(),
+            deny_out: Vec::new(),
+        })
+    }
 }
 
 /// The host agent. Shared as `Arc<Host>`.
@@ -63,6 +85,8 @@ pub struct Host {
     building: Mutex<std::collections::HashSet<String>>,
     /// Every lifecycle event, as it is recorded (for `/v1/events` subscribers).
     pub events: broadcast::Sender<EventRow>,
+    /// Teardowns running in the background (a graceful stop waits for them).
+    teardowns: tokio_util::task::TaskTracker,
 }
 
 impl Host {
@@ -83,7 +107,19 @@ impl Host {
             pool: pool::Pool::default(),
             building: Mutex::default(),
             events,
+            teardowns: tokio_util::task::TaskTracker::new(),
         })
+    }
+
+    /// Destroys an engine instance in the background (runsc takes ~2 s to tear a sandbox
+    /// down, notes pitfall 6); a graceful stop waits for these.
+    pub fn destroy_instance_later(&self, instance_id: String, dir: PathBuf) {
+        let engine = self.engine.clone();
+        self.teardowns.spawn(async move {
+            if let Err(e) = engine.destroy(&instance_id, &dir).await {
+                tracing::warn!(instance_id = %instance_id, error = %e, "destroying instance");
+            }
+        });
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
@@ -100,6 +136,12 @@ impl Host {
             Some(l) if l.workspace_id == workspace_id => Ok(l.clone()),
             _ => Err(ApiError::NotFound(format!("sandbox {id} not found"))),
         }
+    }
+
+    /// The sandbox `id` of any workspace (for preview requests, authorized by a token bound to
+    /// the sandbox id).
+    pub fn get_any(&self, id: &str) -> Option<Arc<Live>> {
+        self.map().get(id).cloned()
     }
 
     /// Schedules template images of every baked template and prunes stale ones (at start).
@@ -183,20 +225,14 @@ impl Host {
         };
         live.drop_conn().await;
         self.set_state(live, SandboxState::Deleted, cause).await?;
-        // runsc takes ~2 s to tear a sandbox down (notes pitfall 6); the caller need not
-        // wait for it. A crash before it finishes leaves an orphan the next start destroys.
-        let engine = self.engine.clone();
-        let sandbox_id = live.id.clone();
-        tokio::spawn(async move {
-            if let (Some(id), Some(dir)) = (instance, dir) {
-                if let Err(e) = engine.destroy(&id, std::path::Path::new(&dir)).await {
-                    tracing::warn!(sandbox_id = %sandbox_id, error = %e, "destroying instance");
-                }
-            }
-            if let Some(image) = image {
-                let _ = std::fs::remove_dir_all(image);
-            }
-        });
+        // A crash before the teardown finishes leaves an orphan the next start destroys.
+        if let (Some(id), Some(dir)) = (instance, dir) {
+            self.destroy_instance_later(id, PathBuf::from(dir));
+        }
+        if let Some(image) = image {
+            self.teardowns
+                .spawn_blocking(move || std::fs::remove_dir_all(image));
+        }
         self.remove(&live.id);
         drop(_gate);
         for child in self.unpromoted_children(&live.id).await {

@@ -19,6 +19,7 @@ use tracing::{debug, warn};
 pub struct Pooled {
     spec: SandboxSpec,
     conn: GuestConn,
+    network: Option<pandastack_engine::InstanceNetwork>,
     /// Template build and guest dir it was restored from.
     image: String,
 }
@@ -28,6 +29,8 @@ pub struct Pooled {
 pub struct Pool {
     ready: Mutex<HashMap<String, Vec<Pooled>>>,
     refilling: Mutex<std::collections::HashSet<String>>,
+    /// Set at shutdown: no more refills.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Host {
@@ -69,6 +72,19 @@ impl Host {
         );
         row.instance_id = Some(p.spec.instance_id.clone());
         row.instance_dir = Some(p.spec.dir.display().to_string());
+        row.guest_ip = p.network.map(|n| n.guest_ip.to_string());
+        // Pooled instances run under the server's default policy; a create that asked for
+        // another one gets it before the sandbox is handed out.
+        if let (Some(want), true) = (&spec.network, spec.network != p.spec.network) {
+            if let Err(e) = self
+                .engine
+                .set_network_policy(&p.spec.instance_id, want)
+                .await
+            {
+                let _ = self.engine.destroy(&p.spec.instance_id, &p.spec.dir).await;
+                return Some(Err(ApiError::internal("network policy", e)));
+            }
+        }
         row.boot_ms = Some(started.elapsed().as_millis() as i64);
         if let Err(e) = self.store.put_sandbox(&row) {
             let _ = self.engine.destroy(&p.spec.instance_id, &p.spec.dir).await;
@@ -87,6 +103,7 @@ impl Host {
     /// Tops up `tpl`'s pool to the configured size in the background (one restore at a time).
     pub fn refill_pool(self: &Arc<Self>, tpl: TemplateInfo) {
         if self.cfg.pool_size == 0
+            || self.pool.closed.load(std::sync::atomic::Ordering::SeqCst)
             || !self
                 .pool
                 .refilling
@@ -106,7 +123,9 @@ impl Host {
                     .unwrap_or_else(|e| e.into_inner())
                     .get(&tpl.name)
                     .map_or(0, Vec::len);
-                if have >= host.cfg.pool_size {
+                if have >= host.cfg.pool_size
+                    || host.pool.closed.load(std::sync::atomic::Ordering::SeqCst)
+                {
                     break;
                 }
                 let Some(image) = host.ready_template_image(&tpl) else {
@@ -117,6 +136,7 @@ impl Host {
                     &host.cfg.guest_dir.display().to_string(),
                     tpl.cpu,
                     tpl.memory_mb,
+                    host.cfg.default_network_policy(),
                 );
                 let restored = async {
                     let inst = host
@@ -124,13 +144,14 @@ impl Host {
                         .restore(&spec, &image)
                         .await
                         .map_err(|e| e.to_string())?;
-                    GuestConn::connect(&inst.guest_socket, Duration::from_secs(20))
+                    let conn = GuestConn::connect(&inst.guest_socket, Duration::from_secs(20))
                         .await
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((conn, inst.network))
                 }
                 .await;
                 match restored {
-                    Ok(conn) => {
+                    Ok((conn, network)) => {
                         debug!(template = %tpl.name, instance_id = %spec.instance_id, "pooled instance ready");
                         host.pool
                             .ready
@@ -141,6 +162,7 @@ impl Host {
                             .push(Pooled {
                                 spec,
                                 conn,
+                                network,
                                 image: image.display().to_string(),
                             });
                     }
@@ -157,5 +179,47 @@ impl Host {
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&tpl.name);
         });
+    }
+}
+
+impl Host {
+    /// Graceful stop: destroys the warm pool (waiting for refills in progress) and lets the
+    /// engine drop what it made ahead of time. Sandboxes keep running; the next start
+    /// re-adopts them.
+    pub async fn shutdown(&self) {
+        use std::sync::atomic::Ordering;
+        self.pool.closed.store(true, Ordering::SeqCst);
+        while !self
+            .pool
+            .refilling
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pooled: Vec<Pooled> =
+            std::mem::take(&mut *self.pool.ready.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_values()
+                .flatten()
+                .collect();
+        futures::future::join_all(
+            pooled
+                .iter()
+                .map(|p| self.engine.destroy(&p.spec.instance_id, &p.spec.dir)),
+        )
+        .await;
+        self.teardowns.close();
+        if tokio::time::timeout(Duration::from_secs(60), self.teardowns.wait())
+            .await
+            .is_err()
+        {
+            warn!("stopping: some instance teardowns did not finish within 60 s");
+        }
+        let mut remain = false;
+        for live in self.all() {
+            remain |= live.row.lock().await.instance_id.is_some();
+        }
+        self.engine.shutdown(remain).await;
     }
 }

@@ -17,6 +17,22 @@ impl Host {
     /// Store errors.
     pub async fn recover(self: &Arc<Self>) -> Result<(), crate::error::ApiError> {
         let rows = self.store.live_sandboxes(None)?;
+        // The engine first rebuilds host-wide state (the firewall rules of the instances that
+        // live on) and removes what a crash left of the others (network namespaces, links).
+        let keep: Vec<(String, std::path::PathBuf)> = rows
+            .iter()
+            .filter(|r| {
+                matches!(
+                    SandboxState::parse(&r.status),
+                    SandboxState::Running | SandboxState::Paused
+                )
+            })
+            .filter_map(|r| Some((r.instance_id.clone()?, r.instance_dir.clone()?.into())))
+            .collect();
+        self.engine
+            .recover(&keep)
+            .await
+            .map_err(|e| crate::error::ApiError::internal("engine recovery", e))?;
         let mut owned = HashSet::new();
         for row in rows {
             let state = SandboxState::parse(&row.status);
@@ -47,9 +63,7 @@ impl Host {
         for iid in known.iter().filter(|i| !owned.contains(*i)) {
             warn!(instance_id = %iid, "destroying orphan instance");
             let dir = self.cfg.data_dir.join("instances").join(iid);
-            let iid = iid.clone();
-            let engine = self.engine.clone();
-            tokio::spawn(async move { engine.destroy(&iid, &dir).await });
+            self.destroy_instance_later(iid.clone(), dir);
         }
         // Instance directories of containers runsc no longer knows (a crash between the two
         // steps of a destroy, a reboot): nothing runs there, so they go now.

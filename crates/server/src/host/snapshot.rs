@@ -6,16 +6,12 @@
 
 use super::{CreateSpec, Host, Live};
 use crate::error::ApiError;
-use crate::guest::GuestConn;
 use crate::state::SandboxState;
 use pandastack_guest_protocol::{GuestMsg, HostMsg};
 use pandastack_store::{now_ms, SnapshotRow};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long a restored guest may take to answer the handshake.
-const RESTORE_HANDSHAKE: Duration = Duration::from_secs(20);
+use std::time::Instant;
 
 /// Total size of the files in `dir`, bytes.
 pub fn dir_size(dir: &Path) -> u64 {
@@ -149,34 +145,6 @@ impl Host {
         }
     }
 
-    /// Restores `image` into a new instance for `live` (whose row already names rootfs and
-    /// guest dir), updating the row's instance fields.
-    pub(super) async fn boot_from_image(
-        &self,
-        live: &Live,
-        image: &Path,
-    ) -> Result<GuestConn, ApiError> {
-        let (rootfs, guest_dir, cpu, mem) = {
-            let r = live.row.lock().await;
-            (r.rootfs.clone(), r.guest_dir.clone(), r.cpu, r.memory_mb)
-        };
-        let spec = self.instance_spec(&rootfs, &guest_dir, cpu, mem);
-        {
-            let mut r = live.row.lock().await;
-            r.instance_id = Some(spec.instance_id.clone());
-            r.instance_dir = Some(spec.dir.display().to_string());
-            self.store.put_sandbox(&r)?;
-        }
-        let inst = self
-            .engine
-            .restore(&spec, image)
-            .await
-            .map_err(|e| ApiError::internal("restore", e))?;
-        GuestConn::connect(&inst.guest_socket, RESTORE_HANDSHAKE)
-            .await
-            .map_err(|e| ApiError::internal("guest handshake after restore", e))
-    }
-
     /// Creates a new sandbox from a checkpoint image. `base` gives template, resources, rootfs
     /// and guest dir (from the snapshot: request values for them are ignored, seed 000).
     pub(super) async fn create_from_image(
@@ -200,7 +168,7 @@ impl Host {
         self.store.put_sandbox(&row)?;
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());
-        match self.boot_from_image(&live, image).await {
+        match self.start_instance(&live, Some(image)).await {
             Ok(conn) => {
                 live.set_conn(conn).await;
                 live.row.lock().await.boot_ms = Some(started.elapsed().as_millis() as i64);

@@ -37,11 +37,17 @@ impl Host {
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // An image restores only under the network mode it was taken in.
+        let mode = if self.cfg.network.is_some() {
+            "-net"
+        } else {
+            ""
+        };
         self.cfg
             .data_dir
             .join("template-images")
             .join(&tpl.name)
-            .join(format!("{}-{guest}", tpl.build_id))
+            .join(format!("{}-{guest}{mode}", tpl.build_id))
     }
 
     /// The ready image of `tpl`, if one was made.
@@ -87,11 +93,18 @@ impl Host {
         let dir = self.template_image_dir(tpl);
         let partial = dir.with_extension("partial");
         let _ = std::fs::remove_dir_all(&partial);
+        // Taken with a network (no egress: the warm-up needs none) when sandboxes get one, so
+        // the image restores into networked instances.
         let spec = self.instance_spec(
             &tpl.rootfs.display().to_string(),
             &self.cfg.guest_dir.display().to_string(),
             tpl.cpu,
             tpl.memory_mb,
+            self.cfg.network.map(|_| pandastack_engine::NetworkPolicy {
+                internet: false,
+                allow_out: Vec::new(),
+                deny_out: Vec::new(),
+            }),
         );
         let inst = self
             .engine

@@ -8,7 +8,7 @@ use crate::commands::{print_json, Ctx};
 use crate::error::Result;
 use crate::parse::{self, KeyValue};
 use clap::Args;
-use pandastack_api::CreateSandbox;
+use pandastack_api::{CreateSandbox, SandboxNetwork};
 
 /// Flags of `sandbox create`.
 #[derive(Debug, Clone, Args)]
@@ -31,6 +31,17 @@ pub struct CreateArgs {
     /// Environment for every command and kernel of the sandbox; repeatable.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse::key_value)]
     pub env: Vec<KeyValue>,
+    /// No egress to public addresses (`allow_internet_access: false`); `--allow-out` entries
+    /// stay reachable.
+    #[arg(long)]
+    pub no_internet: bool,
+    /// A destination the sandbox may always reach, even a private one: `A.B.C.D`,
+    /// `A.B.C.D/N`, optionally `:PORT`; repeatable.
+    #[arg(long = "allow-out", value_name = "CIDR[:PORT]")]
+    pub allow_out: Vec<String>,
+    /// A destination the sandbox may never reach (after `--allow-out`); repeatable.
+    #[arg(long = "deny-out", value_name = "CIDR[:PORT]")]
+    pub deny_out: Vec<String>,
 }
 
 impl CreateArgs {
@@ -43,6 +54,13 @@ impl CreateArgs {
             persistent: self.persistent.then_some(true),
             from_snapshot: self.from_snapshot.clone(),
             envs: parse::to_map(&self.env),
+            allow_internet_access: self.no_internet.then_some(false),
+            network: (!self.allow_out.is_empty() || !self.deny_out.is_empty()).then(|| {
+                SandboxNetwork {
+                    allow_out: (!self.allow_out.is_empty()).then(|| self.allow_out.clone()),
+                    deny_out: (!self.deny_out.is_empty()).then(|| self.deny_out.clone()),
+                }
+            }),
             ..CreateSandbox::default()
         }
     }

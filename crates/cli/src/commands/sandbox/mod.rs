@@ -13,6 +13,8 @@ pub mod lifecycle;
 pub mod list;
 pub mod logs;
 pub mod metrics;
+pub mod ports;
+pub mod preview;
 pub mod promote;
 pub mod render;
 pub mod run_code;
@@ -86,6 +88,10 @@ pub enum SandboxCommand {
     Events(events::EventsArgs),
     /// Show a sandbox's resource usage.
     Metrics(IdArg),
+    /// List the TCP ports listening in a sandbox, with their proxy paths.
+    Ports(IdArg),
+    /// Print a signed URL that opens a port of a sandbox in a browser.
+    Preview(preview::PreviewArgs),
 }
 
 /// Runs a sandbox command; returns the exit code.
@@ -114,5 +120,7 @@ pub fn run(cmd: SandboxCommand, ctx: &Ctx) -> Result<i32> {
         SandboxCommand::Logs(a) => logs::run(&a, ctx).map(|_| 0),
         SandboxCommand::Events(a) => events::run(&a, ctx).map(|_| 0),
         SandboxCommand::Metrics(a) => metrics::run(&a.id, ctx).map(|_| 0),
+        SandboxCommand::Ports(a) => ports::run(&a.id, ctx).map(|_| 0),
+        SandboxCommand::Preview(a) => preview::run(&a, ctx).map(|_| 0),
     }
 }

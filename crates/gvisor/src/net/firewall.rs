@@ -1,0 +1,292 @@
+//! nftables rules, rendered as `nft -f` text. Two rulesets exist:
+//!
+//! - **per namespace** ([`namespace_rules`]): address translation between the fixed inside
+//!   address and the slot's `guest_ip`, the DNS forward to the host's resolver, and a forward
+//!   filter so the namespace only ever routes between the sandbox and its uplink. It dies with
+//!   the namespace.
+//! - **on the host**, one table per server ([`host_table`], `inet pandastack_<tag>`): the egress
+//!   policy of every slot (a chain per slot, picked by input link through the `policy` verdict
+//!   map), the guard that nothing but the host itself opens connections into a sandbox, and the
+//!   masquerade of sandbox traffic leaving the host. Nothing outside this table is touched.
+//!
+//! Blocked destinations are rejected (`admin-prohibited`), not dropped, so a program in the
+//! sandbox fails at once instead of waiting for a timeout.
+
+use super::slot::{Layout, Slot, GATEWAY_LINK, UPLINK};
+use pandastack_engine::{EgressRule, NetworkPolicy, DNS_ADDR, GUEST_ADDR};
+use std::fmt::Write;
+use std::net::Ipv4Addr;
+
+/// Destinations no sandbox reaches unless its `allow_out` names them (issue 7): "this host"
+/// (0/8), the private ranges 10/8, 172.16/12, 192.168/16, shared address space 100.64/10,
+/// loopback, link-local 169.254/16 (cloud metadata), and 224/3 (multicast, reserved,
+/// broadcast). The host's own addresses and other sandboxes are covered separately (`fib daddr
+/// type local`, the sandbox CIDR).
+pub const ALWAYS_BLOCKED: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "224.0.0.0/3",
+];
+
+const REJECT: &str = "reject with icmpx type admin-prohibited";
+
+/// The ruleset inside slot `s`'s namespace (table `ip pandastack`). `resolver` is where
+/// [`DNS_ADDR`] is forwarded (the host's resolver), if there is one.
+pub fn namespace_rules(layout: &Layout, s: Slot, resolver: Option<Ipv4Addr>) -> String {
+    let guest_ip = layout.guest_ip(s);
+    let mut dns = String::new();
+    if let Some(r) = resolver {
+        let _ = writeln!(
+            dns,
+            "    iifname \"{GATEWAY_LINK}\" ip daddr {DNS_ADDR} meta l4proto {{ tcp, udp }} th dport 53 dnat to {r}"
+        );
+    }
+    format!(
+        "table ip pandastack {{
+  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    iifname \"{UPLINK}\" ip daddr {guest_ip} dnat to {GUEST_ADDR}
+{dns}  }}
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname \"{UPLINK}\" ip saddr {GUEST_ADDR} snat to {guest_ip}
+  }}
+  chain forward {{
+    type filter hook forward priority filter; policy drop;
+    iifname \"{GATEWAY_LINK}\" oifname \"{UPLINK}\" ip saddr {GUEST_ADDR} accept
+    iifname \"{UPLINK}\" oifname \"{GATEWAY_LINK}\" ip daddr {GUEST_ADDR} accept
+  }}
+  chain input {{
+    type filter hook input priority filter; policy drop;
+  }}
+}}
+"
+    )
+}
+
+/// The whole host table of a server, with a chain for each `(slot, policy)` in `slots`. Loaded
+/// in one transaction that first removes any previous version of the table, so it also serves
+/// start-up recovery.
+pub fn host_table(
+    layout: &Layout,
+    resolvers: &[Ipv4Addr],
+    slots: &[(Slot, NetworkPolicy)],
+) -> String {
+    let t = layout.table();
+    let links = format!("{}*", layout.host_link_prefix());
+    let cidr = layout.cidr();
+    let mut blocked: Vec<String> = ALWAYS_BLOCKED.iter().map(|s| s.to_string()).collect();
+    if !ALWAYS_BLOCKED.iter().any(|b| {
+        b.parse::<EgressRule>()
+            .is_ok_and(|b| covers(&b, layout.base, layout.prefix))
+    }) {
+        blocked.push(cidr.clone());
+    }
+    let resolvers_elems = if resolvers.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = resolvers.iter().map(Ipv4Addr::to_string).collect();
+        format!(" elements = {{ {} }};", list.join(", "))
+    };
+    let mut out = format!(
+        "table inet {t} {{}}
+delete table inet {t}
+table inet {t} {{
+  set resolvers {{ type ipv4_addr;{resolvers_elems} }}
+  set blocked {{ type ipv4_addr; flags interval; elements = {{ {blocked} }}; }}
+  map slot_policies {{ type ifname : verdict; }}
+  chain forward {{
+    type filter hook forward priority filter - 5; policy accept;
+    iifname \"{links}\" jump sandbox_egress
+    oifname \"{links}\" ct state established,related accept
+    oifname \"{links}\" {REJECT}
+  }}
+  chain input {{
+    type filter hook input priority filter - 5; policy accept;
+    iifname \"{links}\" jump sandbox_egress
+  }}
+  chain sandbox_egress {{
+    ct state established,related accept
+    meta nfproto ipv6 drop
+    iifname vmap @slot_policies
+    {REJECT}
+  }}
+  chain postrouting {{
+    type nat hook postrouting priority srcnat + 5; policy accept;
+    ip saddr {cidr} oifname != \"{links}\" masquerade
+  }}
+}}
+",
+        blocked = blocked.join(", ")
+    );
+    for (s, p) in slots {
+        out.push_str(&slot_policy(layout, *s, p, true));
+    }
+    out
+}
+
+/// Commands that (re)define slot `s`'s policy chain and bind it to the slot's link. With
+/// `fresh` the chain is known not to exist yet.
+pub fn slot_policy(layout: &Layout, s: Slot, p: &NetworkPolicy, fresh: bool) -> String {
+    let t = layout.table();
+    let chain = format!("slot_{}", s.0);
+    let mut out = String::new();
+    let _ = writeln!(out, "add chain inet {t} {chain}");
+    if !fresh {
+        let _ = writeln!(out, "flush chain inet {t} {chain}");
+    }
+    let mut rule = |r: &str| {
+        let _ = writeln!(out, "add rule inet {t} {chain} {r}");
+    };
+    for a in &p.allow_out {
+        rule(&format!("{} accept", matcher(a)));
+    }
+    for d in &p.deny_out {
+        rule(&format!("{} {REJECT}", matcher(d)));
+    }
+    if p.allows_dns() {
+        rule("ip daddr @resolvers meta l4proto { tcp, udp } th dport 53 accept");
+    }
+    rule(&format!("fib daddr type local {REJECT}"));
+    rule(&format!("ip daddr @blocked {REJECT}"));
+    rule(if p.internet { "accept" } else { REJECT });
+    let link = layout.host_link(s);
+    if !fresh {
+        let _ = writeln!(
+            out,
+            "delete element inet {t} slot_policies {{ \"{link}\" }}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "add element inet {t} slot_policies {{ \"{link}\" : jump {chain} }}"
+    );
+    out
+}
+
+/// Commands that remove slot `s`'s policy chain and its binding.
+pub fn remove_slot_policy(layout: &Layout, s: Slot) -> String {
+    let t = layout.table();
+    format!(
+        "delete element inet {t} slot_policies {{ \"{}\" }}\ndelete chain inet {t} slot_{}\n",
+        layout.host_link(s),
+        s.0
+    )
+}
+
+fn matcher(r: &EgressRule) -> String {
+    let net = if r.prefix == 32 {
+        r.addr.to_string()
+    } else {
+        format!("{}/{}", r.addr, r.prefix)
+    };
+    match r.port {
+        Some(p) => format!("ip daddr {net} meta l4proto {{ tcp, udp }} th dport {p}"),
+        None => format!("ip daddr {net}"),
+    }
+}
+
+/// True when `outer` contains the whole network `base/prefix`.
+fn covers(outer: &EgressRule, base: Ipv4Addr, prefix: u8) -> bool {
+    if outer.prefix > prefix {
+        return false;
+    }
+    let mask = if outer.prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - outer.prefix)
+    };
+    u32::from(base) & mask == u32::from(outer.addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Layout {
+        Layout {
+            tag: "abcdef".into(),
+            base: Ipv4Addr::new(10, 201, 0, 0),
+            prefix: 16,
+        }
+    }
+
+    #[test]
+    fn namespace_rules_translate_the_fixed_address() {
+        let r = namespace_rules(&layout(), Slot(3), Some(Ipv4Addr::new(10, 255, 255, 53)));
+        assert!(r.contains("ip daddr 10.201.0.14 dnat to 10.0.2.100"), "{r}");
+        assert!(r.contains("ip saddr 10.0.2.100 snat to 10.201.0.14"), "{r}");
+        assert!(r.contains(
+            "ip daddr 10.0.2.3 meta l4proto { tcp, udp } th dport 53 dnat to 10.255.255.53"
+        ));
+        let none = namespace_rules(&layout(), Slot(3), None);
+        assert!(!none.contains("dport 53"));
+    }
+
+    #[test]
+    fn policy_orders_allow_before_deny_before_the_blocked_ranges() {
+        let p = NetworkPolicy {
+            internet: false,
+            allow_out: vec!["10.99.0.1:8080".parse().unwrap()],
+            deny_out: vec!["203.0.113.0/24".parse().unwrap()],
+        };
+        let r = slot_policy(&layout(), Slot(9), &p, true);
+        let pos = |needle: &str| r.find(needle).unwrap_or_else(|| panic!("{needle} in {r}"));
+        assert!(
+            pos("ip daddr 10.99.0.1 meta l4proto { tcp, udp } th dport 8080 accept")
+                < pos("ip daddr 203.0.113.0/24 reject")
+        );
+        assert!(pos("ip daddr 203.0.113.0/24 reject") < pos("@resolvers"));
+        assert!(pos("@resolvers") < pos("fib daddr type local"));
+        assert!(pos("fib daddr type local") < pos("@blocked"));
+        assert!(
+            r.trim_end()
+                .ends_with("slot_policies { \"psabcdef-9\" : jump slot_9 }"),
+            "{r}"
+        );
+        assert!(r.contains("add rule inet pandastack_abcdef slot_9 reject with icmpx type admin-prohibited\nadd element"));
+        let closed = slot_policy(
+            &layout(),
+            Slot(9),
+            &NetworkPolicy {
+                internet: false,
+                allow_out: vec![],
+                deny_out: vec![],
+            },
+            false,
+        );
+        assert!(!closed.contains("@resolvers"), "{closed}");
+        assert!(closed.contains("flush chain inet pandastack_abcdef slot_9"));
+    }
+
+    #[test]
+    fn host_table_replaces_itself_and_blocks_the_sandbox_network() {
+        let custom = Layout {
+            tag: "abcdef".into(),
+            base: Ipv4Addr::new(198, 18, 0, 0),
+            prefix: 20,
+        };
+        let t = host_table(
+            &custom,
+            &[Ipv4Addr::new(10, 255, 255, 53)],
+            &[(Slot(1), NetworkPolicy::open())],
+        );
+        assert!(
+            t.starts_with("table inet pandastack_abcdef {}\ndelete table inet pandastack_abcdef\n")
+        );
+        assert!(t.contains("198.18.0.0/20 }"), "{t}");
+        assert!(t.contains("elements = { 10.255.255.53 }"));
+        assert!(t.contains("add chain inet pandastack_abcdef slot_1"));
+        let default = host_table(&layout(), &[], &[]);
+        assert!(
+            !default.contains("10.201.0.0/16 }"),
+            "10/8 already covers it: {default}"
+        );
+        assert!(default.contains("ip saddr 10.201.0.0/16 oifname != \"psabcdef-*\" masquerade"));
+    }
+}

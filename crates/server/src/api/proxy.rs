@@ -1,0 +1,485 @@
+//! The port proxy (issue 7): `ANY /v1/sandboxes/{id}/proxy/{port}/{path...}` and, with
+//! `--preview-host-suffix`, any request whose Host is `{port}-{id}.{suffix}`.
+//!
+//! A request is forwarded over HTTP/1.1 to the sandbox's `guest_ip:port` (the engine translates
+//! it to the port inside). Bodies stream both ways unbuffered (uploads, downloads, SSE), and an
+//! `Upgrade` (WebSocket) is spliced byte for byte once the sandbox answers 101. Our bearer key
+//! and preview cookie are stripped before forwarding. Path-based requests authenticate with the
+//! bearer key of the sandbox's workspace or a preview token; host-based ones with a preview
+//! token (a browser cannot send a bearer header) unless `--public-previews`.
+
+use crate::auth::{self, Caller};
+use crate::error::ApiError;
+use crate::extract::sandbox_id;
+use crate::host::{Activity, Live};
+use crate::previews;
+use crate::AppState;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::debug;
+
+/// How long connecting to the sandbox may take before the proxy answers 502.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded as such.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/sandboxes/:id/proxy/:port", any(by_path_root))
+        .route("/sandboxes/:id/proxy/:port/", any(by_path_root))
+        .route("/sandboxes/:id/proxy/:port/*rest", any(by_path))
+}
+
+async fn by_path_root(
+    st: State<AppState>,
+    Path((id, port)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    by_path(st, Path((id, port, String::new())), req).await
+}
+
+async fn by_path(
+    State(st): State<AppState>,
+    Path((id, port, rest)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    // Borrows of the request must not live across an await (its body is not Sync).
+    let (headers, uri) = (req.headers().clone(), req.uri().clone());
+    let result = async {
+        let id = sandbox_id(&id)?;
+        let port = parse_port(&port)?;
+        let prefix = format!("/v1/sandboxes/{id}/proxy/{port}");
+        let live = authorize(&st, &headers, &uri, &id, port, &prefix).await?;
+        let query = uri.query().map(str::to_string);
+        Ok::<_, ApiError>((live, port, prefix, format!("/{rest}"), query))
+    }
+    .await;
+    match result {
+        Ok((live, port, prefix, path, query)) => {
+            serve(&st, &live, port, &prefix, &path, query.as_deref(), req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Middleware in front of the whole app: requests for a preview host are proxied, the rest go
+/// on to the API.
+pub async fn preview_hosts(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string);
+    let Some((port, id)) = host.as_deref().and_then(|h| st.previews.parse_host(h)) else {
+        return next.run(req).await;
+    };
+    let (headers, uri) = (req.headers().clone(), req.uri().clone());
+    let path = uri.path().to_string();
+    let query = uri.query().map(str::to_string);
+    match authorize(&st, &headers, &uri, &id, port, "").await {
+        Ok(live) => serve(&st, &live, port, "", &path, query.as_deref(), req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn parse_port(text: &str) -> Result<u16, ApiError> {
+    text.parse::<u16>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| ApiError::BadRequest(format!("port: '{text}' is not a TCP port (1-65535)")))
+}
+
+/// Our API key in `headers`, if the `Authorization` header carries one (`Bearer pds_...`);
+/// any other `Authorization` belongs to the app in the sandbox and is forwarded.
+fn our_key(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|k| k.starts_with("pds_"))
+}
+
+/// The sandbox a proxy request may reach, or why not: our API key of the sandbox's workspace,
+/// a preview token (query or cookie) signed for this sandbox and port, or public previews.
+async fn authorize(
+    st: &AppState,
+    headers: &HeaderMap,
+    uri: &Uri,
+    id: &str,
+    port: u16,
+    cookie_path: &str,
+) -> Result<Arc<Live>, ApiError> {
+    if let Some(key) = our_key(headers) {
+        let Caller { workspace_id, .. } = auth::authenticate(&st.host.store, key)?;
+        return st.host.get(&workspace_id, id);
+    }
+    let now = previews::now_secs();
+    let token_ok = |t: &str| st.previews.verify(t, id, port, now);
+    let from_query = query_token(uri).filter(|t| token_ok(t));
+    let from_cookie = cookie_token(headers, &cookie_name(cookie_path)).filter(|t| token_ok(t));
+    if st.previews.public || from_query.is_some() || from_cookie.is_some() {
+        return st
+            .host
+            .get_any(id)
+            .ok_or_else(|| ApiError::NotFound(format!("sandbox {id} not found")));
+    }
+    Err(ApiError::Unauthorized(format!(
+        "preview of port {port} needs a preview token (POST /v1/sandboxes/{id}/preview-token) or an API key"
+    )))
+}
+
+fn query_token(uri: &Uri) -> Option<String> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == previews::TOKEN_PARAM).then(|| v.to_string())
+    })
+}
+
+/// Cookie name of a preview: one per path-based preview (a browser sends cookies by path),
+/// plain for host-based ones (each preview has its own host).
+fn cookie_name(cookie_path: &str) -> String {
+    if cookie_path.is_empty() {
+        previews::COOKIE.to_string()
+    } else {
+        format!("{}_{:x}", previews::COOKIE, fnv1a(cookie_path))
+    }
+}
+
+fn fnv1a(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn cookie_token(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == name).then(|| v.to_string())
+        })
+}
+
+/// The query without our token parameter.
+fn strip_token(query: Option<&str>) -> Option<String> {
+    let rest: Vec<&str> = query?
+        .split('&')
+        .filter(|kv| !kv.starts_with(&format!("{}=", previews::TOKEN_PARAM)))
+        .collect();
+    (!rest.is_empty()).then(|| rest.join("&"))
+}
+
+/// Forwards `req` to `port` of `live` as `path?query`, or answers a redirect that turns a
+/// token in the URL into a cookie.
+async fn serve(
+    st: &AppState,
+    live: &Arc<Live>,
+    port: u16,
+    prefix: &str,
+    path: &str,
+    query: Option<&str>,
+    req: Request,
+) -> Response {
+    let uri = req.uri().clone();
+    if let Some(token) = query_token(&uri) {
+        if req.method() == axum::http::Method::GET
+            && st
+                .previews
+                .verify(&token, &live.id, port, previews::now_secs())
+        {
+            return cookie_redirect(&token, prefix, path, query);
+        }
+    }
+    let target = match st.host.proxy_target(live, port).await {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let upstream_path = match strip_token(query) {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    // The exchange counts as activity until its last byte (the TTL never kills a sandbox in
+    // the middle of a download or a WebSocket session).
+    match forward(target, req, &upstream_path, prefix, live.activity()).await {
+        Ok(resp) => resp,
+        Err(ForwardError::Connect(e)) => {
+            debug!(sandbox_id = %live.id, port, error = %e, "proxy connect");
+            let hint = match st.host.listeners(live).await {
+                Ok(l) if l.iter().any(|l| l.port == port && !l.reachable()) => format!(
+                    "port {port} in sandbox {} listens on loopback only; bind it to 0.0.0.0 to reach it through the proxy",
+                    live.id
+                ),
+                _ => format!("nothing is listening on port {port} in sandbox {}", live.id),
+            };
+            ApiError::BadGateway(hint).into_response()
+        }
+        Err(ForwardError::Upstream(e)) => ApiError::BadGateway(format!(
+            "port {port} in sandbox {} did not answer HTTP: {e}",
+            live.id
+        ))
+        .into_response(),
+    }
+}
+
+fn cookie_redirect(token: &str, prefix: &str, path: &str, query: Option<&str>) -> Response {
+    let max_age = token
+        .split_once('.')
+        .and_then(|(e, _)| e.parse::<u64>().ok())
+        .map_or(0, |e| e.saturating_sub(previews::now_secs()));
+    let cookie_path = if prefix.is_empty() { "/" } else { prefix };
+    let cookie = format!(
+        "{}={token}; Path={cookie_path}; Max-Age={max_age}; HttpOnly; SameSite=Lax",
+        cookie_name(prefix)
+    );
+    let location = match strip_token(query) {
+        Some(q) => format!("{prefix}{path}?{q}"),
+        None => format!("{prefix}{path}"),
+    };
+    let mut resp = StatusCode::FOUND.into_response();
+    let h = resp.headers_mut();
+    if let (Ok(c), Ok(l)) = (
+        HeaderValue::from_str(&cookie),
+        HeaderValue::from_str(&location),
+    ) {
+        h.insert(header::SET_COOKIE, c);
+        h.insert(header::LOCATION, l);
+    }
+    resp
+}
+
+enum ForwardError {
+    Connect(String),
+    Upstream(String),
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// Removes hop-by-hop headers (keeping `Connection: upgrade` + `Upgrade` when `upgrade`).
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let listed: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty() && t != "upgrade")
+        .collect();
+    for name in HOP_BY_HOP
+        .iter()
+        .copied()
+        .chain(listed.iter().map(String::as_str))
+    {
+        if upgrade && (name == "connection" || name == "upgrade") {
+            continue;
+        }
+        headers.remove(name);
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+async fn forward(
+    target: SocketAddr,
+    mut req: Request,
+    path: &str,
+    prefix: &str,
+    activity: Activity,
+) -> Result<Response, ForwardError> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(target))
+        .await
+        .map_err(|_| ForwardError::Connect("timed out".into()))?
+        .map_err(|e| ForwardError::Connect(e.to_string()))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ForwardError::Upstream(e.to_string()))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            debug!(error = %e, "proxy connection");
+        }
+    });
+
+    let upgrade = is_upgrade(req.headers());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    parts.uri = path
+        .parse()
+        .map_err(|e: axum::http::uri::InvalidUri| ForwardError::Upstream(e.to_string()))?;
+    parts.version = axum::http::Version::HTTP_11;
+    let h = &mut parts.headers;
+    strip_hop_by_hop(h, upgrade);
+    if our_key(h).is_some() {
+        h.remove(header::AUTHORIZATION);
+    }
+    strip_preview_cookies(h);
+    if !prefix.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(prefix) {
+            h.insert("x-forwarded-prefix", v);
+        }
+    }
+    if let Some(host) = h.get(header::HOST).cloned() {
+        h.insert("x-forwarded-host", host);
+    }
+    h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+
+    let mut resp = sender
+        .send_request(Request::from_parts(parts, body))
+        .await
+        .map_err(|e| ForwardError::Upstream(e.to_string()))?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client) = client_upgrade {
+            let upstream = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                let _activity = activity;
+                match (client.await, upstream.await) {
+                    (Ok(c), Ok(u)) => {
+                        let _ = tokio::io::copy_bidirectional(
+                            &mut TokioIo::new(c),
+                            &mut TokioIo::new(u),
+                        )
+                        .await;
+                    }
+                    (c, u) => debug!(
+                        client = c.is_ok(),
+                        upstream = u.is_ok(),
+                        "proxy upgrade failed"
+                    ),
+                }
+            });
+        }
+        let (parts, _) = resp.into_parts();
+        return Ok(Response::from_parts(parts, Body::empty()));
+    }
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers, false);
+    Ok(Response::from_parts(
+        parts,
+        Body::new(WithActivity {
+            body,
+            _activity: activity,
+        }),
+    ))
+}
+
+/// A response body that keeps the sandbox active while it streams.
+struct WithActivity<B> {
+    body: B,
+    _activity: Activity,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for WithActivity<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Removes our preview cookies from the `Cookie` headers (the sandbox's own cookies stay).
+fn strip_preview_cookies(headers: &mut HeaderMap) {
+    let kept: Vec<String> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|kv| !kv.is_empty() && !kv.starts_with(previews::COOKIE))
+        .map(str::to_string)
+        .collect();
+    headers.remove(header::COOKIE);
+    if !kept.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&kept.join("; ")) {
+            headers.insert(header::COOKIE, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_and_our_cookies_are_stripped_but_the_rest_is_kept() {
+        assert_eq!(
+            strip_token(Some("a=1&ps_token=x&b=2")).as_deref(),
+            Some("a=1&b=2")
+        );
+        assert_eq!(strip_token(Some("ps_token=x")), None);
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("ps_preview=t; app=1; ps_preview_ab12=u"),
+        );
+        strip_preview_cookies(&mut h);
+        assert_eq!(h.get(header::COOKIE).unwrap(), "app=1");
+        let uri: Uri = "/x?y=1&ps_token=abc".parse().unwrap();
+        assert_eq!(query_token(&uri).as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go_except_an_upgrade() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("Upgrade, X-Secret"),
+        );
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        assert!(is_upgrade(&h));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h.get(header::UPGRADE).unwrap(), "websocket");
+        assert!(h.get("x-secret").is_none() && h.get(header::TE).is_none());
+        strip_hop_by_hop(&mut h, false);
+        assert!(h.get(header::UPGRADE).is_none() && h.get(header::CONNECTION).is_none());
+    }
+}
