@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A short tour of PandaStack through the published Python SDK (pandastack==0.10.0): a
 code-interpreter sandbox, a persistent kernel with a DataFrame and a chart, a one-shot exec,
-an upload and a download, then kill. Runs against $PANDASTACK_API with $PANDASTACK_API_KEY.
+an upload and a download, a server inside reached through the port proxy, then kill. Runs against $PANDASTACK_API with $PANDASTACK_API_KEY.
 
     source /var/lib/pandastack/admin.env && python3 scripts/demo.py
 """
@@ -68,6 +68,26 @@ def main() -> int:
             back = Path(tmp) / "WORDS.txt"
             sandbox.filesystem.download("/workspace/WORDS.txt", back)
             print(f"   downloaded: {back.read_text().split()}")
+
+        if sandbox.guest_ip:
+            step("a web server inside, reached through the authenticated port proxy")
+            sandbox.exec("mkdir -p /srv && echo 'hello from the sandbox' > /srv/index.html")
+            sandbox.exec("setsid python3 -m http.server 8000 --directory /srv > /dev/null 2>&1 < /dev/null &")
+            import requests
+
+            url = f"{os.environ['PANDASTACK_API']}/v1/sandboxes/{sandbox.id}/proxy/8000/"
+            headers = {"Authorization": f"Bearer {os.environ['PANDASTACK_API_KEY']}"}
+            body = ""
+            for _ in range(50):
+                try:
+                    r = requests.get(url, headers=headers, timeout=5)
+                    if r.status_code == 200:
+                        body = r.text.strip()
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(0.2)
+            print(f"   guest_ip {sandbox.guest_ip}, GET {url} -> {body!r}")
     finally:
         step("sandbox.kill()")
         sandbox.kill()

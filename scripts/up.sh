@@ -25,7 +25,8 @@ mkdir -p "$DATA"
 if [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
   echo "up: restarting the server (pid $(cat "$PIDFILE")) with the new build"
   kill "$(cat "$PIDFILE")"
-  for _ in $(seq 1 50); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.2; done
+  # A graceful stop removes the warm pool and waits for teardowns in flight (seconds).
+  for _ in $(seq 1 450); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.2; done
 fi
 if curl -fsS -m 2 "$URL/health" >/dev/null 2>&1; then
   echo "up: something else already answers on $LISTEN; set PANDASTACK_LISTEN to another address" >&2

@@ -372,8 +372,11 @@ def test_kill_failed_create_and_kill_9_leave_no_network_behind(bare_server):
         client.sandboxes.create(from_snapshot=snap)
     wait_for("a failed create left network pieces", lambda: on_host() == (1, 1, 1))
 
-    # kill -9 with sandboxes running: the restarted server keeps their network as it was.
+    # kill -9 with sandboxes running: the restarted server keeps their network as it was, and
+    # a listener inside is reachable through the new server's proxy.
     second = client.sandboxes.create(template="base")
+    keep.filesystem.write("/srv/who", b"kept")
+    start_http_server(keep)
     before = {s.id: s.guest_ip for s in (keep, second)}
     bare_server.proc.kill()
     bare_server.proc.wait(timeout=30)
@@ -382,6 +385,9 @@ def test_kill_failed_create_and_kill_9_leave_no_network_behind(bare_server):
     after = {s.id: client.sandboxes.get(s.id).guest_ip for s in (keep, second)}
     assert after == before
     assert "10.0.2.100" in client.sandboxes.get(keep.id).exec("ip -4 -o addr show dev eth0").stdout
+    r = requests.get(f"{bare_server.url}/v1/sandboxes/{keep.id}/proxy/8000/who",
+                     headers={"Authorization": f"Bearer {bare_server.admin_key()}"}, timeout=30)
+    assert (r.status_code, r.text) == (200, "kept"), r.text
     assert on_host() == (2, 2, 2)
     for sid in before:
         client.sandboxes.delete(sid)

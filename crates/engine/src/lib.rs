@@ -148,10 +148,6 @@ pub trait Engine: Send + Sync + 'static {
     async fn set_network_policy(&self, id: &str, policy: &NetworkPolicy)
         -> Result<(), EngineError>;
 
-    /// The network of an existing instance (after a server restart), or `None` when it has
-    /// none.
-    async fn network(&self, id: &str, dir: &Path) -> Result<Option<InstanceNetwork>, EngineError>;
-
     /// Start-up recovery of host-wide engine state: called once, before serving, with every
     /// instance the server keeps (`(id, dir)`). The engine rebuilds what those need (firewall
     /// rules) and removes everything else it owns that a crash left behind (network

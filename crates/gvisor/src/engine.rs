@@ -4,8 +4,8 @@ use crate::net::{InstanceNet, NetConfig, Networks, Slot};
 use crate::{cgroup, config, runsc::Runsc};
 use async_trait::async_trait;
 use pandastack_engine::{
-    Engine, EngineError, Instance, InstanceId, InstanceNetwork, InstanceStats, InstanceStatus,
-    NetworkPolicy, SandboxSpec,
+    Engine, EngineError, Instance, InstanceId, InstanceStats, InstanceStatus, NetworkPolicy,
+    SandboxSpec,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -432,10 +432,6 @@ impl Engine for GvisorEngine {
         }
         .write(&dir)?;
         Ok(())
-    }
-
-    async fn network(&self, _id: &str, dir: &Path) -> Result<Option<InstanceNetwork>, EngineError> {
-        Ok(InstanceNet::read(dir).map(|r| r.report()))
     }
 
     async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError> {

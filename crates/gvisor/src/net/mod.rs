@@ -205,11 +205,6 @@ impl Networks {
         out
     }
 
-    /// Namespaces and host links of this server that exist now (for tests and metrics).
-    pub fn namespaces_on_host(&self) -> usize {
-        self.leftover_slots().len()
-    }
-
     async fn ensure_table(self: &Arc<Self>) -> Result<(), String> {
         if !self.state().table_ready {
             self.recover(&[]).await?;

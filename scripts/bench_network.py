@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Networking benchmark (issue 7) through the published Python SDK (pandastack==0.10.0).
+
+Starts two servers of its own on copies of a baked data dir (templates hard-linked, nothing
+baked): one with sandbox networking (the default) and one with `--sandbox-network none`, and
+prints, as markdown tables with P50/P99 in ms:
+
+  - create -> first exec answered (`base`), paced (the warm pool refilled between creates) and
+    back to back (the pool drains), on both servers: the cost networking adds to a create;
+  - proxy round trip: GET of a small file from `python3 -m http.server` in a sandbox through
+    `/v1/sandboxes/{id}/proxy/8000/`, over one keep-alive connection;
+  - egress throughput: a sandbox whose policy allows exactly one host address downloads a
+    100 MB file from an HTTP server of this script on the host (MB/s, 3 runs);
+  - network namespace setup: the server's own timing of each namespace it made (debug log).
+
+    python3 scripts/bench_network.py --bin dist/pandastack --data-dir /var/lib/pandastack-ci/server
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import List
+
+
+def percentile(samples: List[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BenchServer:
+    def __init__(self, binary: Path, templates: Path, root: Path, name: str, args: List[str]) -> None:
+        self.data = root / name
+        (self.data / "templates").mkdir(parents=True)
+        for t in templates.iterdir():
+            if t.is_dir() and (t / "current").exists():
+                cur = (t / "current").read_text().strip()
+                (self.data / "templates" / t.name).mkdir()
+                subprocess.run(["cp", "-al", str(t / cur), str(self.data / "templates" / t.name / cur)], check=True)
+                shutil.copy2(t / "current", self.data / "templates" / t.name / "current")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / f"{name}.log"
+        env = {**os.environ, "PANDASTACK_LOG": "info,pandastack_gvisor::net=debug"}
+        self.proc = subprocess.Popen(
+            [str(binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data), *args],
+            stdin=subprocess.DEVNULL, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
+        )
+        import requests
+
+        for _ in range(300):
+            try:
+                if requests.get(f"{self.url}/health", timeout=1).ok:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+        key = re.search(r"PANDASTACK_API_KEY=(\S+)", (self.data / "admin.env").read_text()).group(1)
+        from pandastack import Client
+
+        self.key = key
+        self.client = Client(api_url=self.url, api_key=key)
+        # Template images are made in the background at start: wait until creates take them.
+        for _ in range(120):
+            sb = self.client.sandboxes.create(template="base")
+            mode = sb.boot_mode
+            sb.kill()
+            if mode == "snapshot":
+                break
+            time.sleep(1)
+        time.sleep(3)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def namespace_ms(self) -> List[float]:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", self.log.read_text(errors="replace"))
+        return [float(m) for m in re.findall(r"network namespace ready.*?ms=(\d+)", text)]
+
+
+def bench_create(srv: BenchServer, runs: int, pace_s: float) -> List[float]:
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        sb = srv.client.sandboxes.create(template="base")
+        r = sb.exec("true")
+        out.append((time.perf_counter() - start) * 1000)
+        assert r.exit_code == 0, r
+        sb.kill()
+        time.sleep(pace_s)
+    return out
+
+
+def bench_proxy(srv: BenchServer, runs: int) -> List[float]:
+    import requests
+
+    sb = srv.client.sandboxes.create(template="base")
+    try:
+        sb.exec("mkdir -p /srv && echo ok > /srv/ping")
+        sb.exec("setsid python3 -m http.server 8000 --bind 0.0.0.0 --directory /srv > /dev/null 2>&1 < /dev/null &")
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {srv.key}"
+        url = f"{srv.url}/v1/sandboxes/{sb.id}/proxy/8000/ping"
+        for _ in range(100):
+            try:
+                if session.get(url, timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        samples = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            r = session.get(url, timeout=10)
+            samples.append((time.perf_counter() - start) * 1000)
+            assert r.status_code == 200 and r.text == "ok\n", r.text
+        return samples
+    finally:
+        sb.kill()
+
+
+def host_address() -> str:
+    out = subprocess.run(["ip", "-4", "-o", "route", "get", "1.1.1.1"], capture_output=True, text=True).stdout
+    return re.search(r"src (\S+)", out).group(1)
+
+
+def bench_egress(srv: BenchServer, size_mb: int, runs: int) -> List[float]:
+    import requests
+
+    tmp = Path(tempfile.mkdtemp(prefix="pandastack-bench-egress-"))
+    (tmp / "blob").write_bytes(os.urandom(size_mb * 1024 * 1024))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("0.0.0.0", 0), lambda *a, **k: Quiet(*a, directory=str(tmp), **k))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    addr = f"{host_address()}:{httpd.server_address[1]}"
+    resp = requests.post(
+        f"{srv.url}/v1/sandboxes", headers={"Authorization": f"Bearer {srv.key}"}, timeout=120,
+        json={"template": "base", "allow_internet_access": False, "network": {"allow_out": [addr]}},
+    )
+    resp.raise_for_status()
+    sb = srv.client.sandboxes.get(resp.json()["id"])
+    try:
+        speeds = []
+        for _ in range(runs):
+            r = sb.exec(f"curl -s -o /dev/null -w '%{{speed_download}}' http://{addr}/blob", timeout_seconds=300)
+            assert r.exit_code == 0, r
+            speeds.append(float(r.stdout.strip()) / 1e6)
+        return speeds
+    finally:
+        sb.kill()
+        httpd.shutdown()
+        shutil.rmtree(tmp)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="PandaStack networking benchmark (Python SDK)")
+    ap.add_argument("--bin", default="dist/pandastack")
+    ap.add_argument("--data-dir", default="/var/lib/pandastack", help="a data dir with baked templates")
+    ap.add_argument("--runs", type=int, default=30, help="creates per variant")
+    ap.add_argument("--proxy-runs", type=int, default=200)
+    ap.add_argument("--egress-mb", type=int, default=100)
+    a = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="pandastack-bench-net-", dir=Path(a.data_dir).resolve().parent))
+    servers = []
+    try:
+        net = BenchServer(Path(a.bin), Path(a.data_dir) / "templates", root, "net", [])
+        servers.append(net)
+        plain = BenchServer(Path(a.bin), Path(a.data_dir) / "templates", root, "plain", ["--sandbox-network", "none"])
+        servers.append(plain)
+        rows = []
+        for label, srv in [("with networking", net), ("without networking", plain)]:
+            print(f"bench: create -> first exec {label}", file=sys.stderr)
+            rows.append((f"create -> first exec, paced (`base`, {label})", bench_create(srv, a.runs, 1.0)))
+            rows.append((f"create -> first exec, back to back (`base`, {label})", bench_create(srv, a.runs, 0.0)))
+        print("bench: proxy round trip", file=sys.stderr)
+        rows.append(("proxy round trip (GET through `/proxy/8000/`)", bench_proxy(net, a.proxy_runs)))
+        rows.append(("network namespace setup (server's own timing)", net.namespace_ms()))
+        print("bench: egress", file=sys.stderr)
+        speeds = bench_egress(net, a.egress_mb, 3)
+        print("\nPandaStack networking through the Python SDK\n")
+        print("| operation | runs | P50 (ms) | P99 (ms) |")
+        print("|---|---:|---:|---:|")
+        for name, samples in rows:
+            print(f"| {name} | {len(samples)} | {percentile(samples, 50):.1f} | {percentile(samples, 99):.1f} |")
+        print(f"\negress throughput, {a.egress_mb} MB from a host HTTP server allowed by `allow_out`: "
+              f"median {sorted(speeds)[1]:.0f} MB/s (runs: {', '.join(f'{s:.0f}' for s in speeds)})")
+        return 0
+    finally:
+        for s in servers:
+            s.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
