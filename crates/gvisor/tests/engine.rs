@@ -27,7 +27,18 @@ fn env_path(name: &str) -> Option<PathBuf> {
 /// Sends `msgs` over a fresh connection to the guest socket and returns every reply frame
 /// (message and body) up to each request's final one.
 fn call(socket: &Path, msgs: &[HostMsg]) -> Vec<(GuestMsg, Vec<u8>)> {
-    let mut s = UnixStream::connect(socket).expect("connect guest socket");
+    // The shim binds the socket before it listens: a connect in between is refused, so retry
+    // for a moment (the server's guest client does the same).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut s = loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => break s,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("connect guest socket: {e}"),
+        }
+    };
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut out = Vec::new();
     for m in msgs {
