@@ -346,3 +346,159 @@ def new_snapshots_deleted(server):
     before = _snapshot_ids(server.url, server.admin_key())
     yield
     delete_new_snapshots(server.url, server.admin_key(), before)
+
+
+# --- 2 and 8: kill -9 during hibernate, snapshot and fork_tree loses nothing, leaves nothing --------
+
+
+class _ProcessWatch:
+    """Watches for a new host process whose command line contains every needle. Processes
+    already running when the watch starts are skipped, and so are new ones that are neither
+    runsc nor pandastack, so a scan takes about a millisecond (fast enough to catch a
+    checkpoint of ~100 ms)."""
+
+    def __init__(self, *needles: str) -> None:
+        self.needles = needles
+        self.seen: set[str] = {p.name for p in Path("/proc").iterdir() if p.name.isdigit()}
+
+    def wait(self, timeout: float = 20.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in Path("/proc").iterdir():
+                if not p.name.isdigit() or p.name in self.seen:
+                    continue
+                try:
+                    cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if all(n in cmd for n in self.needles):
+                    return int(p.name)
+                if cmd and "runsc" not in cmd and "pandastack" not in cmd:
+                    # Not one of ours (and exec'd: a child of the server shows the server's
+                    # command line until it execs, so those are read again).
+                    self.seen.add(p.name)
+            time.sleep(0.001)
+        raise AssertionError(f"no process with {self.needles} within {timeout} s")
+
+
+def _image_leftovers(data_dir: Path) -> dict[str, list[str]]:
+    """Entries of the image directories (partial images included)."""
+    return {
+        d: sorted(p.name for p in (data_dir / d).iterdir()) if (data_dir / d).is_dir() else []
+        for d in ("snapshots", "hibernate", "forks")
+    }
+
+
+def _in_background(fn) -> threading.Thread:
+    def run() -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - the server is killed under this call on purpose
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_kill_9_during_hibernate_loses_nothing(server):
+    from pandastack import CodeContext, Sandbox
+
+    sb = Sandbox.create(template="code-interpreter", ttl_seconds=3600)
+    ctx = sb.create_code_context()
+    assert ctx.run_code("kept = 'set before the crash'; kept").text == "'set before the crash'"
+    sb.filesystem.write("/workspace/kept.txt", b"written before the crash")
+    before = _image_leftovers(server.data_dir)
+
+    # The moment runsc checkpoint is writing this sandbox's hibernation image, the server dies.
+    watch = _ProcessWatch("checkpoint", f"hibernate/{sb.id}")
+    call = _in_background(sb.hibernate)
+    watch.wait()
+    server.kill9()
+    call.join(30)
+    server.start()
+
+    again = Sandbox.get(sb.id)
+    # A complete image is a hibernated (wakeable) sandbox; a torn one is removed and the
+    # sandbox runs on. Never failed, never lost.
+    assert again.status in ("hibernated", "running"), again.status
+    assert again.filesystem.read("/workspace/kept.txt") == b"written before the crash"
+    ex = CodeContext(again, ctx.id).run_code("kept")
+    assert (ex.error, ex.text) == (None, "'set before the crash'"), ex
+    assert Sandbox.get(sb.id).status == "running"
+    assert _image_leftovers(server.data_dir) == before
+
+
+def test_kill_9_during_snapshot_loses_nothing_and_leaves_nothing(server, new_snapshots_deleted):
+    from pandastack import Sandbox
+
+    from lifecycle_fixtures import _snapshot_ids, instance_id
+
+    sb = Sandbox.create(template="code-interpreter", ttl_seconds=3600)
+    sb.filesystem.write("/workspace/kept.txt", b"snapshotted")
+    iid = instance_id(server.data_dir, sb.id)
+    snaps_before = _snapshot_ids(server.url, server.admin_key())
+
+    watch = _ProcessWatch("checkpoint", f"{server.data_dir}/snapshots/snap-", iid)
+    call = _in_background(sb.snapshot)
+    watch.wait()
+    server.kill9()
+    call.join(30)
+    server.start()
+
+    assert Sandbox.get(sb.id).status == "running"
+    assert sb.exec("cat /workspace/kept.txt").stdout == "snapshotted"
+    new = _snapshot_ids(server.url, server.admin_key()) - snaps_before
+    assert len(new) <= 1, new
+    # Only images a snapshot row references are on disk: nothing partial, nothing orphaned.
+    on_disk = set(_image_leftovers(server.data_dir)["snapshots"])
+    assert new <= on_disk <= _stored_snapshot_dirs(server.data_dir), on_disk
+    for snap in new:  # a snapshot finished after the restart restores like any other
+        restored = Sandbox.create(from_snapshot=snap)
+        assert restored.exec("cat /workspace/kept.txt").stdout == "snapshotted"
+
+
+def test_kill_9_during_fork_tree_leaves_nothing_and_start_up_collects_stray_images(server):
+    from pandastack import Sandbox
+
+    from helpers import steady_host
+
+    parent = Sandbox.create(template="base")
+    assert parent.exec("echo parent > /workspace/p.txt").exit_code == 0
+    pool = server.pool_size() * server.template_count()
+    steady_host(server.data_dir, pool)
+
+    # Killed while the children are being restored from the parent's capture.
+    watch = _ProcessWatch("restore", f"{server.data_dir}/forks/tree-")
+    call = _in_background(lambda: parent.fork_tree(3))
+    watch.wait()
+    server.kill9()
+    call.join(30)
+    # Stray images of earlier crashes, referenced by no row.
+    for stray in (f"snapshots/snap-{uuid.uuid4().hex}", f"hibernate/{uuid.uuid4()}", f"forks/tree-{uuid.uuid4().hex}", f"snapshots/snap-{uuid.uuid4().hex}.partial"):
+        (server.data_dir / stray).mkdir(parents=True)
+        (server.data_dir / stray / "pages.img").write_bytes(b"\0" * 4096)
+    server.start()
+
+    # The interrupted fork is undone whole: no child is listed (failed or otherwise), the parent
+    # runs on, and the host holds exactly the parent and the warm pool.
+    assert {s.id for s in Sandbox.list()} == {parent.id}
+    assert parent.exec("cat /workspace/p.txt").stdout == "parent\n"
+    ids, stale_dirs = steady_host(server.data_dir, pool)
+    assert ids == {parent.id} and not stale_dirs, (ids, stale_dirs)
+    left = _image_leftovers(server.data_dir)
+    assert left["forks"] == [] and left["hibernate"] == [], left
+    assert not any(n.endswith(".partial") for n in left["snapshots"]), left
+    assert set(left["snapshots"]) <= _stored_snapshot_dirs(server.data_dir), left
+
+
+def _stored_snapshot_dirs(data_dir: Path) -> set[str]:
+    """Names of the image directories of every snapshot row (any workspace), read-only."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{data_dir / 'store.db'}?mode=ro", uri=True, timeout=10)
+    try:
+        return {Path(r[0]).name for r in db.execute("SELECT image_dir FROM snapshots")}
+    finally:
+        db.close()
+

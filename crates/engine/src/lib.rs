@@ -80,6 +80,19 @@ pub struct InstanceStats {
     pub cpu_ns: u64,
 }
 
+/// What became of a checkpoint, as start-up recovery finds it ([`Engine::checkpoint_outcome`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckpointOutcome {
+    /// The image is whole: the checkpoint finished successfully.
+    Complete,
+    /// The checkpoint finished and failed (the detail says why); the image is unusable.
+    Failed(String),
+    /// A checkpoint process is still writing the image.
+    Running,
+    /// Nothing is writing and there is no proof of completion: a torn image.
+    Incomplete,
+}
+
 /// Errors of an engine operation. Messages are safe to show API clients: they name the
 /// operation and instance, never host paths.
 #[derive(Debug, thiserror::Error)]
@@ -111,13 +124,19 @@ pub trait Engine: Send + Sync + 'static {
     async fn restore(&self, spec: &SandboxSpec, image: &Path) -> Result<Instance, EngineError>;
 
     /// Writes memory, processes and the root overlay of a running instance to `image` (a
-    /// directory). With `leave_running` the instance continues; otherwise it stops.
+    /// directory). With `leave_running` the instance continues; otherwise it stops. The
+    /// checkpoint runs to its end even if the caller's process dies meanwhile, and leaves proof
+    /// of its outcome for [`Engine::checkpoint_outcome`].
     async fn checkpoint(
         &self,
         id: &str,
         image: &Path,
         leave_running: bool,
     ) -> Result<(), EngineError>;
+
+    /// What became of a checkpoint into `image` that may have been interrupted (the server
+    /// died while it ran): whether the image is complete, failed, still being written, or torn.
+    fn checkpoint_outcome(&self, image: &Path) -> CheckpointOutcome;
 
     /// Stops every process of the instance from being scheduled; memory is kept.
     async fn pause(&self, id: &str) -> Result<(), EngineError>;

@@ -1,11 +1,11 @@
 //! [`GvisorEngine`]: the [`Engine`] implementation over runsc and the shim.
 
 use crate::net::{InstanceNet, NetConfig, Networks, Slot};
-use crate::{cgroup, config, runsc::Runsc};
+use crate::{cgroup, checkpoint, config, runsc::Runsc};
 use async_trait::async_trait;
 use pandastack_engine::{
-    Engine, EngineError, Instance, InstanceId, InstanceStats, InstanceStatus, NetworkPolicy,
-    SandboxSpec,
+    CheckpointOutcome, Engine, EngineError, Instance, InstanceId, InstanceStats, InstanceStatus,
+    NetworkPolicy, SandboxSpec,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -216,7 +216,7 @@ impl GvisorEngine {
 
 /// The last non-empty line of runsc's log that says something, for error messages. Host
 /// paths are cut to their file name so that they do not reach API clients.
-fn last_log_line(path: &Path) -> String {
+pub(crate) fn last_log_line(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let line = text
         .lines()
@@ -277,13 +277,22 @@ impl Engine for GvisorEngine {
         leave_running: bool,
     ) -> Result<(), EngineError> {
         std::fs::create_dir_all(image)?;
-        let image_arg = format!("--image-path={}", image.display());
-        let mut args = vec!["checkpoint", image_arg.as_str(), "--compression=none"];
+        let mut cmd = vec![self.runsc.binary.display().to_string()];
+        cmd.extend(self.runsc.global_args(None, false));
+        cmd.extend([
+            "checkpoint".to_string(),
+            format!("--image-path={}", image.display()),
+            "--compression=none".to_string(),
+        ]);
         if leave_running {
-            args.push("--leave-running");
+            cmd.push("--leave-running".into());
         }
-        args.push(id);
-        self.runsc.call("checkpoint", id, &args).await.map(|_| ())
+        cmd.push(id.to_string());
+        checkpoint::run(&self.shim_command, id, image, cmd).await
+    }
+
+    fn checkpoint_outcome(&self, image: &Path) -> CheckpointOutcome {
+        checkpoint::outcome(image)
     }
 
     /// Freezes the instance's cgroup: every host task of the sandbox stops being scheduled

@@ -16,6 +16,7 @@
 //! with EAGAIN instead of crashing the sandbox (notes pitfall 9).
 
 mod cgroup;
+mod checkpoint;
 mod config;
 mod engine;
 pub mod net;

@@ -8,6 +8,10 @@
 //! no client is connected are dropped: they answer requests of a client that is gone.
 //!
 //! The shim exits when runsc exits, after writing runsc's exit code to `E` and removing `S`.
+//!
+//! Without `--socket` it only runs the command (stdio as given, stdin from /dev/null) and
+//! records its exit code in `E`: that is how a `runsc checkpoint` leaves proof that it finished
+//! even when the server that started it was killed meanwhile.
 
 use pandastack_guest_protocol::{read_frame, write_frame, FrameError};
 use std::io;
@@ -20,8 +24,8 @@ use std::sync::{Arc, Mutex};
 /// Command-line arguments of the shim.
 #[derive(Debug, Clone)]
 pub struct ShimArgs {
-    /// Host unix socket to serve the guest channel on.
-    pub socket: PathBuf,
+    /// Host unix socket to serve the guest channel on; None to only run the command.
+    pub socket: Option<PathBuf>,
     /// File that receives runsc's exit code when it exits.
     pub exit_file: PathBuf,
     /// The runsc command line (program first).
@@ -44,6 +48,15 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
         .command
         .first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "shim needs a command"))?;
+    let Some(socket) = &args.socket else {
+        let status = Command::new(program)
+            .args(&args.command[1..])
+            .stdin(Stdio::null())
+            .status()?;
+        let code = status.code().unwrap_or(128);
+        write_exit(&args.exit_file, code)?;
+        return Ok(code);
+    };
     let (host_end, guest_end) = UnixStream::pair()?;
     let guest_out = guest_end.try_clone()?;
     let mut cmd = Command::new(program);
@@ -62,8 +75,8 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
     }
     let mut child = cmd.spawn()?;
 
-    let _ = std::fs::remove_file(&args.socket);
-    let listener = UnixListener::bind(&args.socket)?;
+    let _ = std::fs::remove_file(socket);
+    let listener = UnixListener::bind(socket)?;
     let client: Client = Arc::new(Mutex::new(None));
     let to_guest = Arc::new(Mutex::new(host_end.try_clone()?));
 
@@ -74,8 +87,8 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
 
     let status = child.wait()?;
     let code = status.code().unwrap_or(128);
-    let _ = std::fs::write(&args.exit_file, code.to_string());
-    let _ = std::fs::remove_file(&args.socket);
+    let _ = write_exit(&args.exit_file, code);
+    let _ = std::fs::remove_file(socket);
     eprintln!("shim: runsc exited with {status}");
     Ok(code)
 }
@@ -107,6 +120,14 @@ fn hide_proc_sys_net() -> io::Result<()> {
             c"size=4k,mode=555".as_ptr().cast(),
         ))
     }
+}
+
+/// Writes the exit code to `path` atomically (temp file + rename), so a reader never sees a
+/// half-written file.
+fn write_exit(path: &std::path::Path, code: i32) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, code.to_string())?;
+    std::fs::rename(&tmp, path)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

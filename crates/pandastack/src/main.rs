@@ -125,8 +125,9 @@ enum AdminCommand {
 
 #[derive(Args)]
 struct ShimArgs {
+    /// Serve the guest channel here; without it the shim only runs the command.
     #[arg(long)]
-    socket: PathBuf,
+    socket: Option<PathBuf>,
     #[arg(long)]
     exit_file: PathBuf,
     /// Hide `/proc/sys/net` from runsc (the `--network=sandbox` workaround of this runsc).

@@ -1,11 +1,13 @@
-//! The control-plane store: workspaces, API keys, sandboxes, code contexts, snapshots and
-//! lifecycle events, in an embedded SQLite database (WAL mode) with numbered migrations.
+//! The control-plane store: workspaces, API keys, sandboxes, code contexts, snapshots,
+//! lifecycle events and the intent records of operations in progress, in an embedded SQLite
+//! database (WAL mode) with numbered migrations.
 //!
 //! The store is the source of truth across server restarts: on start the server re-adopts every
 //! sandbox row that is not deleted. All methods are synchronous and short (sub-millisecond on a
 //! local file); callers on async runtimes call them directly.
 
 mod migrations;
+mod operations;
 mod rows;
 mod sandboxes;
 mod settings;

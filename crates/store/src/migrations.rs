@@ -90,6 +90,18 @@ const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     );
     "#,
+    // 3: lifecycle operations in progress (intent records for crash-safe snapshot, hibernate
+    // and fork: start-up recovery finishes or rolls back what a crash interrupted).
+    r#"
+    CREATE TABLE operations (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        image_dir TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        started_at INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// Runs every migration past the database's `user_version`, each in its own transaction.

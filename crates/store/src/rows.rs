@@ -102,3 +102,21 @@ pub struct EventRow {
     pub cause: String,
     pub at: i64,
 }
+
+/// A lifecycle operation in progress that writes a checkpoint image (snapshot, hibernate,
+/// fork), recorded before it starts and removed when it is complete, so start-up recovery can
+/// finish or roll back one a crash interrupted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationRow {
+    /// The snapshot id, `hibernate-<sandbox id>`, or the fork tree id.
+    pub id: String,
+    /// `snapshot`, `hibernate` or `fork`.
+    pub kind: String,
+    /// The sandbox captured.
+    pub sandbox_id: String,
+    /// The temporary image directory being written.
+    pub image_dir: String,
+    /// What recovery needs to finish the operation (for a snapshot: its row), as JSON.
+    pub detail: serde_json::Value,
+    pub started_at: i64,
+}

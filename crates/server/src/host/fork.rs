@@ -5,7 +5,7 @@
 //! in their metadata. An unpromoted child dies with its parent; `promote` makes it standalone
 //! (metadata `promoted = "true"`) and can kill its siblings.
 
-use super::{CreateSpec, Host, Live};
+use super::{operations, CreateSpec, Host, Live};
 use crate::error::ApiError;
 use pandastack_store::{now_ms, SnapshotRow};
 use std::collections::BTreeMap;
@@ -37,9 +37,20 @@ impl Host {
         }
         let tree_id = format!("tree-{}", uuid::Uuid::new_v4().simple());
         let image = self.cfg.data_dir.join("forks").join(&tree_id);
+        // Crash-safe (operations.rs): a fork interrupted by a crash is undone whole.
+        self.begin_operation(
+            operations::FORK,
+            &tree_id,
+            &parent.id,
+            &image,
+            serde_json::Value::Null,
+        )?;
         let (base, spec) = {
             let _gate = parent.gate.write().await;
-            self.capture(parent, &image, true).await?;
+            if let Err(e) = self.capture(parent, &image, true).await {
+                self.abandon_operation(&tree_id, &image);
+                return Err(e);
+            }
             let r = parent.snapshot_row().await;
             let base = SnapshotRow {
                 id: tree_id.clone(),
@@ -88,8 +99,10 @@ impl Host {
             for c in &children {
                 let _ = self.destroy(c, "fork failed").await;
             }
+            self.end_operation(&tree_id);
             return Err(e);
         }
+        self.end_operation(&tree_id);
         Ok(children)
     }
 

@@ -3,7 +3,7 @@
 //! and no host RAM; wake restores that image into a new instance under the **same** sandbox id.
 //! Any request to a hibernated sandbox wakes it first ([`Host::ready`]).
 
-use super::{Host, Live};
+use super::{operations, Host, Live};
 use crate::error::ApiError;
 use crate::state::SandboxState;
 use std::path::PathBuf;
@@ -35,7 +35,17 @@ impl Host {
             .await?;
         let image = self.cfg.data_dir.join("hibernate").join(&live.id);
         let _ = std::fs::remove_dir_all(&image);
-        if let Err(e) = self.capture(live, &image, false).await {
+        // Crash-safe (operations.rs): intent first, the image complete before it is used.
+        let op_id = format!("hibernate-{}", live.id);
+        let partial = operations::partial_dir(&image);
+        let detail = serde_json::json!({"image": image.display().to_string()});
+        self.begin_operation(operations::HIBERNATE, &op_id, &live.id, &partial, detail)?;
+        let captured = match self.capture(live, &partial, false).await {
+            Ok(_) => operations::publish(&partial, &image),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = captured {
+            self.abandon_operation(&op_id, &partial);
             if self
                 .engine
                 .status(&iid)
@@ -61,7 +71,9 @@ impl Host {
             r.guest_ip = None;
             r.hibernate_image = Some(image.display().to_string());
         }
-        self.set_state(live, SandboxState::Hibernated, cause).await
+        let result = self.set_state(live, SandboxState::Hibernated, cause).await;
+        self.end_operation(&op_id);
+        result
     }
 
     /// Wakes a hibernated sandbox (no-op when it is already awake).

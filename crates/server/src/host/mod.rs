@@ -10,6 +10,7 @@ mod hibernate;
 mod live;
 pub mod logs;
 pub mod network;
+mod operations;
 mod pause;
 mod pool;
 mod ready;

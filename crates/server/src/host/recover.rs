@@ -10,12 +10,15 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 impl Host {
-    /// Re-adopts live sandboxes and destroys orphans. Sandboxes whose instance is gone are
-    /// marked `failed`.
+    /// Finishes or rolls back interrupted operations, re-adopts live sandboxes, destroys
+    /// orphans and collects unreferenced images. Sandboxes whose instance is gone are marked
+    /// `failed`.
     ///
     /// # Errors
     /// Store errors.
     pub async fn recover(self: &Arc<Self>) -> Result<(), crate::error::ApiError> {
+        // Snapshots, hibernations and forks a crash interrupted first: they change rows.
+        self.finish_interrupted_operations().await?;
         let rows = self.store.live_sandboxes(None)?;
         // The engine first rebuilds host-wide state (the firewall rules of the instances that
         // live on) and removes what a crash left of the others (network namespaces, links).
@@ -76,6 +79,7 @@ impl Host {
                 }
             }
         }
+        self.collect_unreferenced_images()?;
         Ok(())
     }
 }

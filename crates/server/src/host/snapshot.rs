@@ -4,7 +4,7 @@
 //! and restore than the default, notes table). A snapshot records its template generation and
 //! the live kernels; restoring into a new sandbox goes through [`Host::create_from_snapshot`].
 
-use super::{CreateSpec, Host, Live};
+use super::{operations, CreateSpec, Host, Live};
 use crate::error::ApiError;
 use crate::state::SandboxState;
 use pandastack_guest_protocol::{GuestMsg, HostMsg};
@@ -86,10 +86,10 @@ impl Host {
         let _gate = live.gate.write().await;
         let id = format!("snap-{}", uuid::Uuid::new_v4().simple());
         let image = self.cfg.data_dir.join("snapshots").join(&id);
-        let kernels = self.capture(live, &image, true).await?;
+        let partial = operations::partial_dir(&image);
         let r = live.snapshot_row().await;
-        let row = SnapshotRow {
-            id,
+        let mut row = SnapshotRow {
+            id: id.clone(),
             workspace_id: r.workspace_id.clone(),
             sandbox_id: r.id.clone(),
             template: r.template.clone(),
@@ -99,14 +99,27 @@ impl Host {
             rootfs: r.rootfs.clone(),
             guest_dir: r.guest_dir.clone(),
             image_dir: image.display().to_string(),
-            size_bytes: dir_size(&image) as i64,
-            kernels,
+            size_bytes: 0,
+            kernels: serde_json::Value::Null,
             created_at: now_ms(),
         };
-        if let Err(e) = self.store.insert_snapshot(&row) {
+        // Crash-safe: the intent is recorded first, the image is written beside its final
+        // place and renamed once complete (operations.rs).
+        let detail = serde_json::to_value(&row).map_err(|e| ApiError::internal("snapshot", e))?;
+        self.begin_operation(operations::SNAPSHOT, &id, &r.id, &partial, detail)?;
+        let captured = self.capture(live, &partial, true).await;
+        let finished = captured.and_then(|kernels| {
+            row.kernels = kernels;
+            operations::publish(&partial, &image)?;
+            row.size_bytes = dir_size(&image) as i64;
+            Ok(self.store.insert_snapshot(&row)?)
+        });
+        if let Err(e) = finished {
             let _ = std::fs::remove_dir_all(&image);
-            return Err(e.into());
+            self.abandon_operation(&id, &partial);
+            return Err(e);
         }
+        self.end_operation(&id);
         live.touch().await;
         Ok(row)
     }
