@@ -1,15 +1,22 @@
 """PandaStack kernel driver, started by pandastack-guest as `python3 -u kernel.py`.
 
-Private protocol with the guest daemon, JSON lines over the driver's original stdin/stdout:
+Private protocol with the guest daemon, JSON lines over the driver's original stdin/stdout
+(both one end of a socket pair):
   driver -> guest, once at start: {"ready": true, "ipython": bool, "python": "3.11.2"}
-  guest -> driver, per run:        {"seq": n, "code": "..."}
-  driver -> guest, per run:        {"seq": n, "results": [{mime: str}], "stdout": str,
-                                    "stderr": str, "error": str | null, "exit_code": 0 | 1,
-                                    "duration_ms": int}
+  guest -> driver, per run:        {"seq": n, "nonce": "<32 hex>", "code": "..."}
+  driver -> guest, per run:        {"seq": n, "nonce": "<the run's>", "results": [{mime: str}],
+                                    "stdout": str, "stderr": str, "error": str | null,
+                                    "exit_code": 0 | 1, "duration_ms": int}
 
 The channel is protected from user code: at start fds 0/1 are duplicated to private fds and
 fds 0, 1, 2 are pointed at /dev/null, so nothing a cell (or its subprocesses) writes to fd 1
-can corrupt a reply. Driver diagnostics go to a private copy of the original stderr.
+can corrupt a reply. The private fds are close-on-exec and closed in children made by
+os.fork(), and the driver is not dumpable (no other process may ptrace it); the channel is a
+socket, which cannot be reopened through /proc/<pid>/fd. The guest accepts a reply only with
+the run's nonce, a fresh random token per run: whatever a cell writes into the channel can
+never become the result of a later run. Each reply starts with a newline, so a partial line a
+cell left in the channel cannot merge with it. Driver diagnostics go to a private copy of the
+original stderr.
 
 With IPython importable, cells run in an InteractiveShell whose display publisher and display
 hook capture MIME bundles (display(), figures via matplotlib_inline, the last expression).
@@ -104,6 +111,10 @@ def on_sigint(signum, frame):
         raise KeyboardInterrupt
 
 
+DRIVER_PID = os.getpid()
+PR_SET_DUMPABLE = 4
+
+
 def take_channel():
     """Moves the protocol to private fds and points fds 0, 1, 2 at /dev/null."""
     proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8", newline="\n")
@@ -113,7 +124,31 @@ def take_channel():
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
+    private = (proto_in.fileno(), proto_out.fileno())
+
+    def drop_channel_in_child():
+        # A process forked by a cell runs the cell's code, never the protocol.
+        for fd in private:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    os.register_at_fork(after_in_child=drop_channel_in_child)
     return proto_in, proto_out, diag
+
+
+def make_undumpable(diag):
+    """No other process of the sandbox may ptrace the driver or read its memory."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
+    except (ImportError, OSError, AttributeError) as e:
+        diag.write("kernel.py: cannot make the driver undumpable: %s\n" % e)
+        diag.flush()
 
 
 class IPythonKernel:
@@ -247,13 +282,14 @@ def run_cell(kernel, code):
 
 
 def send(proto_out, message):
-    proto_out.write(json.dumps(message) + "\n")
+    proto_out.write("\n" + json.dumps(message) + "\n")
     proto_out.flush()
 
 
 def main():
     signal.signal(signal.SIGINT, on_sigint)
     proto_in, proto_out, diag = take_channel()
+    make_undumpable(diag)
     # Cells import from the working directory, as in Jupyter, not from this file's directory.
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
         sys.path[0] = ""
@@ -266,7 +302,11 @@ def main():
                 return
             request = json.loads(line)
             reply = run_cell(kernel, request.get("code", ""))
+            if os.getpid() != DRIVER_PID:
+                # A child a cell forked finished the cell: it has no channel and no next run.
+                os._exit(0)
             reply["seq"] = request.get("seq")
+            reply["nonce"] = request.get("nonce")
             send(proto_out, reply)
         except KeyboardInterrupt:
             State.running = False

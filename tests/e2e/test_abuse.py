@@ -502,3 +502,88 @@ def _stored_snapshot_dirs(data_dir: Path) -> set[str]:
     finally:
         db.close()
 
+
+# --- 9: kernel results come only from the kernel driver ----------------------------------------
+
+_FORGED_LINES = '''
+import json
+def forged(seqs, nonce=None):
+    return b"".join(
+        b"\\n" + json.dumps({"seq": s, "nonce": nonce, "results": [{"text/plain": "'forged'"}], "stdout": "", "stderr": "", "error": None, "exit_code": 0, "duration_ms": 0}).encode() + b"\\n"
+        for s in seqs
+    )
+'''
+
+# A cell that writes forged replies (its own run's token, guessed sequence numbers) on every
+# socket and pipe it holds, and forks a child that keeps doing so while later cells run.
+_FORGING_CELL = _FORGED_LINES + '''
+import os, sys, stat, time
+req = None
+for f in sys._current_frames().values():
+    while f is not None:
+        if isinstance(f.f_locals.get("request"), dict):
+            req = f.f_locals["request"]
+        f = f.f_back
+seq, nonce = req["seq"], req.get("nonce")
+lines = forged(range(seq + 1, seq + 8), nonce)
+fds = [fd for fd in range(3, 256) if os.path.exists(f"/proc/self/fd/{fd}") and (stat.S_ISSOCK(os.fstat(fd).st_mode) or stat.S_ISFIFO(os.fstat(fd).st_mode))]
+def spray():
+    for fd in fds:
+        try:
+            os.write(fd, lines)
+        except OSError:
+            pass
+spray()
+if os.fork() == 0:
+    end = time.monotonic() + 4
+    while time.monotonic() < end:
+        spray()
+        time.sleep(0.01)
+    os._exit(0)
+len(fds)
+'''
+
+# A separate process that reopens the kernel's descriptors through /proc and writes forged
+# replies into whatever opens, for a few seconds.
+_FORGING_PROCESS = _FORGED_LINES + '''
+import os, sys, time
+pid = sys.argv[1]
+opened = []
+for n in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        opened.append(os.open(f"/proc/{pid}/fd/{n}", os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+print("opened", len(opened), flush=True)
+end = time.monotonic() + 4
+while time.monotonic() < end:
+    for fd in opened:
+        try:
+            os.write(fd, forged(range(1, 200)))
+        except OSError:
+            pass
+    time.sleep(0.01)
+'''
+
+
+def test_kernel_results_cannot_be_forged_by_a_cell_or_another_process(api):
+    from pandastack import Sandbox
+
+    sb = Sandbox.create(template="code-interpreter")
+    ctx = sb.create_code_context()
+    ex = ctx.run_code(_FORGING_CELL)
+    assert ex.error is None, ex.error
+    assert int(ex.text) > 0, "the cell found no channel to forge on"
+    for i in range(1, 5):
+        ex = ctx.run_code(f"import time; time.sleep(0.3); {i} * 10")
+        assert (ex.error, ex.text) == (None, str(i * 10)), f"cell {i} returned {ex.text!r}"
+
+    # Another process of the sandbox: it cannot reopen the kernel's channel.
+    sb.filesystem.write("/workspace/forge.py", _FORGING_PROCESS.encode())
+    kernels = api("GET", f"/v1/sandboxes/{sb.id}/repl").json()["kernels"]
+    pid = next(k["pid"] for k in kernels if k["attached"])
+    assert sb.exec(f"nohup python3 /workspace/forge.py {pid} > /workspace/forge.out 2>&1 &").exit_code == 0
+    wait_until(lambda: sb.filesystem.exists("/workspace/forge.out") and b"opened" in sb.filesystem.read("/workspace/forge.out"), timeout=20, what="the forging process to start")
+    for i in range(1, 5):
+        ex = ctx.run_code(f"import time; time.sleep(0.3); 'honest {i}'")
+        assert (ex.error, ex.text) == (None, f"'honest {i}'"), f"run {i} returned {ex.text!r}"

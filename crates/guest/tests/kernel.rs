@@ -267,3 +267,105 @@ fn plain_kernel_without_ipython() {
     assert!(e.timed_out && e.error.unwrap().contains("TimeoutError"));
     assert_eq!(ok(&g, "p", "x").results[0]["text/plain"], "20");
 }
+
+/// Issue 8: results can only come from the driver. A cell writes forged replies, for this run
+/// and the next ones (its own token copied from the driver's frames, and guessed sequence
+/// numbers), on every socket and pipe it holds, plus half a line; a process it forks keeps
+/// trying; a separate process tries to reopen the kernel's descriptors through /proc. The
+/// later honest runs still return their own results.
+#[test]
+fn forged_replies_never_become_a_later_runs_result() {
+    let Some(rootfs) = common::ci_rootfs() else {
+        return;
+    };
+    let g = Guest::start_in(rootfs);
+    start(&g, "k1");
+    let forge = r#"
+import os, sys, json, stat
+req = None
+for f in sys._current_frames().values():
+    while f is not None:
+        if isinstance(f.f_locals.get("request"), dict):
+            req = f.f_locals["request"]
+        f = f.f_back
+assert req is not None, "no request found"
+seq, nonce = req["seq"], req.get("nonce")
+lines = b"".join(
+    json.dumps({"seq": s, "nonce": nonce, "results": [{"text/plain": "'forged'"}], "stdout": "", "stderr": "", "error": None, "exit_code": 0, "duration_ms": 0}).encode() + b"\n"
+    for s in range(seq + 1, seq + 6)
+)
+wrote = 0
+for fd in range(3, 256):
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        continue
+    if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
+        try:
+            os.write(fd, lines + b'{"seq": ')
+            wrote += 1
+        except OSError:
+            pass
+def keep_forging():
+    import time
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        for fd in range(3, 256):
+            try:
+                os.write(fd, lines)
+            except OSError:
+                pass
+        time.sleep(0.01)
+if os.fork() == 0:
+    keep_forging()
+    os._exit(0)
+wrote
+"#;
+    let e = ok(&g, "k1", forge);
+    assert_ne!(
+        e.results[0]["text/plain"], "0",
+        "the cell found no channel to forge on"
+    );
+    // The forked child writes forged replies for the next runs while they run.
+    for i in 1..6 {
+        let e = ok(&g, "k1", &format!("import time; time.sleep(0.3); {i} * 10"));
+        assert_eq!(
+            e.results[0]["text/plain"],
+            (i * 10).to_string(),
+            "run {i}: {e:?}"
+        );
+    }
+    // Another process cannot reopen the kernel's channel through /proc.
+    let kernels = g.call(HostMsg::KernelList { id: g.id() });
+    let pid = match &kernels[0].0 {
+        GuestMsg::Kernels { kernels, .. } => kernels[0].pid,
+        other => panic!("{other:?}"),
+    };
+    let probe = format!(
+        "import os\nopened = []\ntry:\n    names = os.listdir('/proc/{pid}/fd')\nexcept OSError as e:\n    names = []\n    print('denied', e)\nfor n in names:\n    try:\n        fd = os.open('/proc/{pid}/fd/' + n, os.O_WRONLY)\n        opened.append(os.readlink('/proc/{pid}/fd/' + n))\n        os.close(fd)\n    except OSError:\n        pass\nprint('listed', len(names), 'opened', opened)\n"
+    );
+    let id = g.id();
+    let out = g.call(HostMsg::Exec {
+        id,
+        cmd: format!("python3 -c \"{}\"", probe.replace('"', "\\\"")),
+        env: BTreeMap::new(),
+        cwd: None,
+        timeout_ms: Some(30_000),
+    });
+    let stdout: Vec<u8> = out
+        .iter()
+        .filter(|(m, _)| matches!(m, GuestMsg::Output { .. }))
+        .flat_map(|(_, b)| b.clone())
+        .collect();
+    let stdout = String::from_utf8_lossy(&stdout);
+    assert!(
+        stdout.starts_with("listed ") || stdout.starts_with("denied "),
+        "the probe did not run: {out:?}"
+    );
+    assert!(
+        !stdout.contains("socket:") && !stdout.contains("pipe:"),
+        "reopened the kernel's channel: {stdout}"
+    );
+    let e = ok(&g, "k1", "'still honest'");
+    assert_eq!(e.results[0]["text/plain"], "'still honest'");
+}

@@ -1,13 +1,21 @@
-//! The kernel process and its pipes: spawning `python3 -u kernel.py`, a thread turning its
-//! stdout into [`Event::Line`]s, and a thread keeping the tail of its stderr for error messages.
+//! The kernel process and its channel: spawning `python3 -u kernel.py`, a thread turning the
+//! lines it sends into [`Event::Line`]s, and a thread keeping the tail of its stderr for error
+//! messages.
+//!
+//! The channel is one end of a socket pair (the kernel's stdin and stdout), not pipes: a socket
+//! cannot be reopened through `/proc/<pid>/fd/N` (ENXIO), so no other process in the sandbox
+//! can write into the channel or read from it (issue 8: forged kernel results). The driver
+//! also makes itself non-dumpable, which stops other processes from ptrace-ing it.
 
 use crate::reaper::Reaper;
 use crate::setup::Config;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +33,8 @@ pub enum Event {
     Exited(i32),
 }
 
-/// Spawns the driver at `driver` with the default environment plus `env`; its exit is sent to
+/// Spawns the driver at `driver` with the default environment plus `env`, its stdin and stdout
+/// one end of a socket pair; returns the process and the other end. Its exit is sent to
 /// `events` and given to `on_exit` (raw wait status; runs on the reaper thread).
 pub fn spawn(
     reaper: &Reaper,
@@ -34,7 +43,9 @@ pub fn spawn(
     env: &BTreeMap<String, String>,
     events: Sender<Event>,
     on_exit: Box<dyn FnOnce(i32) + Send>,
-) -> std::io::Result<Child> {
+) -> std::io::Result<(Child, UnixStream)> {
+    let (ours, theirs) = UnixStream::pair()?;
+    let theirs_out = theirs.try_clone()?;
     let mut cmd = Command::new("python3");
     cmd.arg("-u")
         .arg(driver)
@@ -42,25 +53,29 @@ pub fn spawn(
         .envs(&config.env)
         .envs(env)
         .current_dir(&config.cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::from(OwnedFd::from(theirs_out)))
         .stderr(Stdio::piped())
         .process_group(0);
-    reaper.spawn(
+    let child = reaper.spawn(
         &mut cmd,
         Box::new(move |status| {
             on_exit(status);
             let _ = events.send(Event::Exited(status));
         }),
-    )
+    )?;
+    // `cmd` still holds the child's ends: dropping it closes them here, so the channel ends
+    // when the kernel does.
+    drop(cmd);
+    Ok((child, ours))
 }
 
-/// Starts the thread that forwards the driver's stdout lines to `events`.
-pub fn read_lines(stdout: ChildStdout, events: Sender<Event>) -> std::io::Result<()> {
+/// Starts the thread that forwards the lines the driver sends on its channel to `events`.
+pub fn read_lines(channel: UnixStream, events: Sender<Event>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("kernel-out".into())
         .spawn(move || {
-            let mut reader = BufReader::with_capacity(256 * 1024, stdout);
+            let mut reader = BufReader::with_capacity(256 * 1024, channel);
             let mut line = Vec::new();
             loop {
                 line.clear();
@@ -68,6 +83,11 @@ pub fn read_lines(stdout: ChildStdout, events: Sender<Event>) -> std::io::Result
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
                         let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                        // The driver starts each message with a newline (kernel.py): blank
+                        // lines carry nothing.
+                        if text.is_empty() {
+                            continue;
+                        }
                         if events.send(Event::Line(text)).is_err() {
                             break;
                         }

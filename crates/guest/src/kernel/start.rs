@@ -61,7 +61,7 @@ pub fn start(
         );
         lock(&s).dead.get_or_insert(why);
     });
-    let mut child = process::spawn(
+    let (mut child, channel) = process::spawn(
         &ctx.reaper,
         &ctx.config,
         &driver,
@@ -77,14 +77,15 @@ pub fn start(
     })?;
     let pid = child.id();
     let stderr_tail = Arc::new(Mutex::new(Vec::new()));
-    let piped = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
-        (Some(stdin), Some(stdout), Some(stderr)) => process::read_lines(stdout, events_tx)
+    let attached = match (channel.try_clone(), child.stderr.take()) {
+        (Ok(reader), Some(stderr)) => process::read_lines(reader, events_tx)
             .and_then(|()| process::keep_tail(stderr, Arc::clone(&stderr_tail)))
-            .map(|()| stdin),
-        _ => Err(std::io::Error::other("kernel pipes missing")),
+            .map(|()| channel),
+        (Err(e), _) => Err(e),
+        (_, None) => Err(std::io::Error::other("kernel stderr pipe missing")),
     };
-    let stdin = match piped {
-        Ok(stdin) => stdin,
+    let channel = match attached {
+        Ok(channel) => channel,
         Err(e) => {
             kill_group(pid as i32);
             return Err(OpError::kernel(format!("cannot attach to kernel: {e}")));
@@ -112,7 +113,7 @@ pub fn start(
     let (out, k) = (ctx.out.clone(), Arc::clone(&kernel));
     let spawned = std::thread::Builder::new()
         .name("kernel".into())
-        .spawn(move || worker::serve(&out, &k, stdin, &events, jobs));
+        .spawn(move || worker::serve(&out, &k, channel, &events, jobs));
     if let Err(e) = spawned {
         kernel.mark_dead(format!("kernel worker failed to start: {e}"));
         kill_group(pid as i32);

@@ -22,13 +22,45 @@ pub struct Ready {
 pub struct RunCell<'a> {
     /// Matches the reply to the request; stale replies (after an interrupt) are skipped.
     pub seq: u64,
+    /// A fresh random token per run that the driver echoes in its reply. Only the driver, and
+    /// only during this run, knows it: a line forged by a cell (or left in the channel by one)
+    /// cannot carry the token of a later run, so it is never taken as that run's result.
+    pub nonce: &'a str,
     pub code: &'a str,
+}
+
+/// A new run token: 128 random bits as 32 hex digits.
+pub fn nonce() -> String {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most `len` bytes into the buffer it is given, which is
+        // the unfilled tail of `bytes`.
+        let n = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if n <= 0 {
+            // getrandom cannot fail for 16 bytes once the pool is initialised; fall back to
+            // the clock rather than run without a token.
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            bytes.copy_from_slice(&t.to_le_bytes());
+            break;
+        }
+        filled += n as usize;
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The outcome of one cell.
 #[derive(Debug, Deserialize)]
 pub struct CellDone {
     pub seq: Option<u64>,
+    /// The run's token, echoed ([`RunCell::nonce`]).
+    #[serde(default)]
+    pub nonce: Option<String>,
     #[serde(default)]
     pub results: Vec<BTreeMap<String, String>>,
     #[serde(default)]
@@ -74,9 +106,18 @@ mod tests {
         assert_eq!(d.into_execution().results[0]["text/plain"], "2");
         let line = serde_json::to_string(&RunCell {
             seq: 1,
+            nonce: "ab",
             code: "1+1",
         })
         .unwrap();
-        assert_eq!(line, r#"{"seq":1,"code":"1+1"}"#);
+        assert_eq!(line, r#"{"seq":1,"nonce":"ab","code":"1+1"}"#);
+    }
+
+    #[test]
+    fn run_tokens_are_fresh_and_long() {
+        let (a, b) = (nonce(), nonce());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
     }
 }

@@ -14,7 +14,7 @@ use crate::exec::kill_group;
 use crate::reaper::exit_code;
 use pandastack_guest_protocol::{Execution, GuestMsg};
 use std::io::Write;
-use std::process::ChildStdin;
+use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ pub const INTERRUPT_GRACE_MS: u64 = 2000;
 pub fn serve(
     out: &Out,
     kernel: &Kernel,
-    mut stdin: ChildStdin,
+    mut channel: UnixStream,
     events: &Receiver<Event>,
     jobs: Receiver<Job>,
 ) {
@@ -34,7 +34,7 @@ pub fn serve(
         seq += 1;
         let result = match kernel.dead() {
             Some(why) => Err(OpError::kernel(why)),
-            None => run_cell(kernel, &mut stdin, events, seq, &job),
+            None => run_cell(kernel, &mut channel, events, seq, &job),
         };
         kernel.touch();
         match result {
@@ -49,24 +49,31 @@ pub fn serve(
 
 fn run_cell(
     kernel: &Kernel,
-    stdin: &mut ChildStdin,
+    channel: &mut UnixStream,
     events: &Receiver<Event>,
     seq: u64,
     job: &Job,
 ) -> Result<Execution, OpError> {
+    let nonce = super::wire::nonce();
     let mut line = serde_json::to_vec(&RunCell {
         seq,
+        nonce: &nonce,
         code: &job.code,
     })
     .map_err(|e| OpError::invalid(format!("cannot encode cell: {e}")))?;
     line.push(b'\n');
-    if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
+    if channel
+        .write_all(&line)
+        .and_then(|()| channel.flush())
+        .is_err()
+    {
         return Err(died(kernel, events, None));
     }
     let deadline = job
         .timeout_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms));
     let mut interrupted_at: Option<Instant> = None;
+    let mut dropped = false;
     loop {
         let until = match interrupted_at {
             Some(at) => Some(at + Duration::from_millis(INTERRUPT_GRACE_MS)),
@@ -78,10 +85,23 @@ fn run_cell(
         };
         match event {
             Ok(Event::Line(text)) => match serde_json::from_str::<CellDone>(&text) {
-                Ok(done) if done.seq == Some(seq) => {
+                Ok(done) if done.seq == Some(seq) && done.nonce.as_deref() == Some(&nonce) => {
                     return Ok(finish(done, interrupted_at.is_some(), job))
                 }
-                _ => continue,
+                // A stale reply of an interrupted run, or a line written into the channel by
+                // code the kernel runs: never a result.
+                Ok(_) => {
+                    if !dropped {
+                        // Once per run: a cell must not be able to flood the log.
+                        glog!(
+                            "kernel {}: dropped a reply without this run's token",
+                            kernel.kernel_id
+                        );
+                        dropped = true;
+                    }
+                    continue;
+                }
+                Err(_) => continue,
             },
             Ok(Event::Exited(status)) => return Err(died(kernel, events, Some(status))),
             Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => {
