@@ -166,6 +166,8 @@ async fn create(
         }
     })
     .await?;
+    // The TTL counts from the end of the create (a slow restore must not eat into it).
+    live.touch().await;
     let row = live.snapshot_row().await;
     crate::metrics::observe(
         if row.from_snapshot.is_some() {
