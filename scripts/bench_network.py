@@ -76,7 +76,7 @@ class BenchServer:
         from pandastack import Client
 
         self.key = key
-        self.client = Client(api_url=self.url, api_key=key)
+        self.client = Client(api_url=self.url, api_key=key, timeout=120)
         # Template images are made in the background at start: wait until creates take them.
         for _ in range(120):
             sb = self.client.sandboxes.create(template="base")

@@ -129,22 +129,6 @@ class Server:
         except OSError:
             return "(no log)"
 
-    def pool_size(self) -> int:
-        """Warm-pool instances per template: $PANDASTACK_POOL_SIZE, else the default printed
-        by `pandastack server --help`."""
-        if os.environ.get("PANDASTACK_POOL_SIZE"):
-            return int(os.environ["PANDASTACK_POOL_SIZE"])
-        help_text = subprocess.run(
-            [str(self.binary), "server", "--help"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30
-        ).stdout
-        m = re.search(r"--pool-size.*?\[default: (\d+)\]", help_text, re.S)
-        return int(m.group(1)) if m else 0
-
-    def template_count(self) -> int:
-        resp = requests.get(f"{self.url}/v1/templates", headers={"Authorization": f"Bearer {self.admin_key()}"}, timeout=30)
-        resp.raise_for_status()
-        return len(resp.json())
-
     def admin_key(self) -> str:
         key = sweep.admin_key(self.data_dir / "admin.env")
         assert key, f"{self.data_dir}/admin.env has no PANDASTACK_API_KEY"

@@ -63,31 +63,43 @@ def runsc_containers(data_dir: Path) -> set[str]:
 
 
 
-def steady_host(
-    data_dir: Path, pool_total: int, limit_s: float = 60.0, quiet_s: float = 3.0
-) -> tuple[set[str], set[str]]:
+def made_ahead(server) -> int:
+    """Instances the server holds ahead of time, from its /metrics: warm-pool sandboxes (ready
+    and being restored) and restore targets (containers made in advance)."""
+    text = requests.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.admin_key()}"},
+                        timeout=30).text
+    total = 0
+    for line in text.splitlines():
+        if line.startswith("pandastack_pool_instances{") or line.startswith("pandastack_restore_targets "):
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def steady_host(server, limit_s: float = 90.0, quiet_s: float = 3.0) -> tuple[set[str], set[str]]:
     """Waits until the host holds exactly one runsc container (with its instance directory)
-    per running sandbox plus the warm pool (`pool_total` pre-restored instances), unchanged for
-    `quiet_s`: the server tears sandboxes down (~2 s) and refills its pool in the background.
-    Returns (sandbox ids, instance dirs without a container)."""
+    per running sandbox plus what the server holds ahead of time (warm pool, restore targets;
+    `made_ahead`), unchanged for `quiet_s`: the server tears sandboxes down (~2 s) and refills
+    in the background. Returns (sandbox ids, instance dirs without a container)."""
     from pandastack import Sandbox
 
+    data_dir = server.data_dir
     deadline = time.monotonic() + limit_s
     last, since = None, time.monotonic()
     while True:
         boxes = Sandbox.list()
-        running = [s for s in boxes if s.status == "running"]
+        running = [s for s in boxes if s.status in ("running", "paused")]
+        ahead = made_ahead(server)
         dirs, containers = instance_dirs(data_dir), runsc_containers(data_dir)
-        state = ({s.id for s in boxes}, dirs, containers)
+        state = ({s.id for s in boxes}, dirs, containers, ahead)
         if state != last:
             last, since = state, time.monotonic()
-        if len(containers) == len(running) + pool_total and containers <= dirs:
+        if len(containers) == len(running) + ahead and containers <= dirs:
             if time.monotonic() - since >= quiet_s:
                 return state[0], dirs - containers
         if time.monotonic() > deadline:
             raise AssertionError(
                 f"host not steady after {limit_s} s: {len(containers)} runsc containers for "
-                f"{len(running)} running sandboxes + a pool of {pool_total}; containers without an "
+                f"{len(running)} running sandboxes + {ahead} held ahead; containers without an "
                 f"instance dir: {containers - dirs}"
             )
         time.sleep(0.5)
@@ -98,9 +110,8 @@ def nothing_left_behind(server):
     """Asserts that the block leaves the sandbox list unchanged and the host back at its steady
     state: no runsc container beyond the sandboxes and the warm pool, no new instance directory
     without a container."""
-    pool = server.pool_size() * server.template_count()
-    before_ids, before_stale = steady_host(server.data_dir, pool)
+    before_ids, before_stale = steady_host(server)
     yield
-    after_ids, after_stale = steady_host(server.data_dir, pool)
+    after_ids, after_stale = steady_host(server)
     assert after_ids == before_ids, f"sandbox list changed: {after_ids ^ before_ids}"
     assert after_stale <= before_stale, f"instance dirs left without a container: {after_stale - before_stale}"

@@ -136,8 +136,7 @@ def test_deleting_a_fork_parent_leaves_no_containers(server, warm):
     from pandastack import NotFoundError, Sandbox
 
     sandbox, _ = warm
-    pool = server.pool_size() * server.template_count()
-    _, stale_before = steady_host(server.data_dir, pool)
+    _, stale_before = steady_host(server)
     kids = sandbox.fork_tree(2)
     sandbox.kill()
     for kid in kids:
@@ -148,7 +147,7 @@ def test_deleting_a_fork_parent_leaves_no_containers(server, warm):
     listed = {s.id for s in Sandbox.list()}
     assert not listed & ({sandbox.id} | {k.id for k in kids}), listed
     # Every container left must belong to a listed sandbox or the warm pool.
-    _, stale_after = steady_host(server.data_dir, pool)
+    _, stale_after = steady_host(server)
     assert stale_after <= stale_before, f"instance dirs left without a container: {stale_after - stale_before}"
 
 

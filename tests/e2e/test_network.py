@@ -322,15 +322,15 @@ def test_cli_creates_with_a_policy_lists_ports_and_prints_a_preview(server, priv
 
 @pytest.fixture(scope="module")
 def bare_server(server):
-    """A server without a warm pool or namespace stock, so every namespace, link and policy
-    chain on the host belongs to a live sandbox of it."""
+    """A server without a warm pool, restore targets or namespace stock, so every namespace,
+    link and policy chain on the host belongs to a live sandbox of it."""
     parent = server.data_dir.parent
     data_dir = parent / f"network-server-{os.getpid()}"
     scrub_data_dir(data_dir)
     (data_dir / "templates").mkdir(parents=True)
     _copy_current_template(server.data_dir / "templates", data_dir / "templates", "base")
     srv = SecondServer(server.binary, data_dir, server.log.parent / "server-network.log",
-                       ["--pool-size", "0", "--netns-stock", "0"])
+                       ["--pool-size", "0", "--netns-stock", "0", "--restore-targets", "0"])
     try:
         srv.start()
         yield srv

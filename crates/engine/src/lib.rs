@@ -49,14 +49,57 @@ pub struct SandboxSpec {
     pub network: Option<NetworkPolicy>,
 }
 
-/// A started instance.
+/// A started instance. A restore may land on a container the engine made in advance
+/// ([`Engine::keep_targets`]): then `instance_id` and `dir` are that container's, not the
+/// spec's, and the caller records these.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {
     pub instance_id: InstanceId,
+    /// The instance's directory.
+    pub dir: PathBuf,
     /// Host unix socket that reaches the guest daemon.
     pub guest_socket: PathBuf,
     /// The instance's network, when its spec asked for one.
     pub network: Option<InstanceNetwork>,
+}
+
+/// What a restore target (a container made in advance) shares with every checkpoint restored
+/// onto it: a checkpoint restores only onto the rootfs, guest directory, resources and network
+/// mode it was taken with (issue 11).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetClass {
+    pub rootfs: PathBuf,
+    pub guest_dir: PathBuf,
+    /// Whole CPUs.
+    pub cpu: u32,
+    /// MiB.
+    pub memory_mb: u32,
+    /// The policy targets are made with (`None`: no network); a restore under another policy
+    /// gets its own applied when it takes the target.
+    pub network: Option<NetworkPolicy>,
+}
+
+impl TargetClass {
+    /// The class a restore of `spec` needs.
+    pub fn of(spec: &SandboxSpec) -> Self {
+        TargetClass {
+            rootfs: spec.rootfs.clone(),
+            guest_dir: spec.guest_dir.clone(),
+            cpu: spec.cpu,
+            memory_mb: spec.memory_mb,
+            network: spec.network.clone(),
+        }
+    }
+
+    /// True when a target of this class can take a restore of `other` (the same everything
+    /// but the policy, which can be replaced).
+    pub fn fits(&self, other: &TargetClass) -> bool {
+        self.rootfs == other.rootfs
+            && self.guest_dir == other.guest_dir
+            && self.cpu == other.cpu
+            && self.memory_mb == other.memory_mb
+            && self.network.is_some() == other.network.is_some()
+    }
 }
 
 /// What the engine knows of an instance.
@@ -172,6 +215,15 @@ pub trait Engine: Send + Sync + 'static {
     /// rules) and removes everything else it owns that a crash left behind (network
     /// namespaces, links, rules), without touching anything that is not its own.
     async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError>;
+
+    /// Keeps `count` containers of `class` made in advance, so [`Engine::restore`] of a
+    /// matching spec lands on one at once instead of making its container (~100-150 ms here).
+    /// Replenished in the background; `count` 0 stops it (made ones are destroyed).
+    fn keep_targets(&self, class: TargetClass, count: usize);
+
+    /// Containers the engine holds made in advance (ready or being made), for metrics and
+    /// leak checks.
+    fn targets_held(&self) -> usize;
 
     /// Graceful stop of the server, after it destroyed its own transient instances (the warm
     /// pool): the engine drops what it made ahead of time and, when no instance lives on

@@ -1,11 +1,13 @@
 //! [`GvisorEngine`]: the [`Engine`] implementation over runsc and the shim.
 
 use crate::net::{InstanceNet, NetConfig, Networks, Slot};
+use crate::shim::ControlRequest;
+use crate::targets::{Target, Targets};
 use crate::{cgroup, checkpoint, config, runsc::Runsc};
 use async_trait::async_trait;
 use pandastack_engine::{
-    CheckpointOutcome, Engine, EngineError, Instance, InstanceId, InstanceStats, InstanceStatus,
-    NetworkPolicy, SandboxSpec,
+    instance_id_from, CheckpointOutcome, Engine, EngineError, Instance, InstanceId,
+    InstanceStats, InstanceStatus, NetworkPolicy, SandboxSpec, TargetClass,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,9 @@ pub struct GvisorConfig {
     /// Sandbox networking on this host; `None`: every instance gets loopback only and a spec
     /// that asks for a network is refused.
     pub network: Option<NetConfig>,
+    /// Where the engine puts the directories of containers it makes on its own (restore
+    /// targets), normally the server's `<data_dir>/instances`.
+    pub instances_dir: PathBuf,
 }
 
 /// The gVisor engine. Cheap to clone.
@@ -41,6 +46,9 @@ pub struct GvisorEngine {
     net: Option<Arc<Networks>>,
     /// Slot and directory of every networked instance this process knows.
     slots: Arc<Mutex<HashMap<InstanceId, (Slot, PathBuf)>>>,
+    /// Containers made in advance for restores.
+    targets: Arc<Targets>,
+    instances_dir: PathBuf,
 }
 
 impl GvisorEngine {
@@ -68,6 +76,8 @@ impl GvisorEngine {
             shim_command: cfg.shim_command,
             net,
             slots: Arc::default(),
+            targets: Arc::default(),
+            instances_dir: cfg.instances_dir,
         })
     }
 
@@ -128,16 +138,19 @@ impl GvisorEngine {
     }
 
     /// Starts the shim around `runsc <global> <sub_args>` in its own session and waits for the
-    /// guest socket.
+    /// guest socket, or with `two_stage` (a restore target: `sub_args` is `create`) until the
+    /// first stage is done and the shim waits for the second.
     async fn start(
         &self,
         op: &'static str,
         spec: &SandboxSpec,
         net: Option<InstanceNet>,
         sub_args: Vec<String>,
+        two_stage: bool,
     ) -> Result<Instance, EngineError> {
         let dir = &spec.dir;
         let socket = Self::socket(dir);
+        let ready_file = dir.join("created");
         let exit_file = dir.join("exit");
         let _ = std::fs::remove_file(&exit_file);
         let log = std::fs::OpenOptions::new()
@@ -168,6 +181,12 @@ impl GvisorEngine {
         if net.is_some() {
             cmd.arg("--hide-proc-sys-net");
         }
+        if two_stage {
+            cmd.arg("--control")
+                .arg(dir.join("control.sock"))
+                .arg("--ready-file")
+                .arg(&ready_file);
+        }
         cmd.arg("--")
             .args(&runsc_cmd)
             .current_dir(dir)
@@ -191,11 +210,13 @@ impl GvisorEngine {
         });
 
         let started = Instant::now();
+        let up = if two_stage { &ready_file } else { &socket };
         loop {
-            if socket.exists() {
+            if up.exists() {
                 debug!(instance_id = %spec.instance_id, ms = started.elapsed().as_millis() as u64, "{op}: guest socket up");
                 return Ok(Instance {
                     instance_id: spec.instance_id.clone(),
+                    dir: dir.clone(),
                     guest_socket: socket,
                     network: net.as_ref().map(InstanceNet::report),
                 });
@@ -254,11 +275,24 @@ impl Engine for GvisorEngine {
                 format!("--bundle={bundle}"),
                 spec.instance_id.clone(),
             ],
+            false,
         )
         .await
     }
 
+    /// Lands on a restore target of the spec's class when one is ready ([`Engine::keep_targets`]);
+    /// otherwise makes the container as part of the restore.
     async fn restore(&self, spec: &SandboxSpec, image: &Path) -> Result<Instance, EngineError> {
+        if let Some(t) = self.targets.take(&TargetClass::of(spec)) {
+            self.refill_targets();
+            let id = t.instance_id.clone();
+            match self.restore_onto(t, spec, image).await {
+                Ok(inst) => return Ok(inst),
+                Err(e) => {
+                    warn!(instance_id = %id, error = %e, "restore onto a target failed; restoring into a new container")
+                }
+            }
+        }
         let net = self.prepare_or_clean(spec).await?;
         let bundle = spec.dir.join("bundle").display().to_string();
         let args = vec![
@@ -267,7 +301,7 @@ impl Engine for GvisorEngine {
             format!("--bundle={bundle}"),
             spec.instance_id.clone(),
         ];
-        self.start("restore", spec, net, args).await
+        self.start("restore", spec, net, args, false).await
     }
 
     async fn checkpoint(
@@ -463,7 +497,33 @@ impl Engine for GvisorEngine {
             })
     }
 
+    fn keep_targets(&self, class: TargetClass, count: usize) {
+        for extra in self.targets.set_goal(class, count) {
+            let engine = self.clone();
+            tokio::spawn(async move {
+                let _ = engine.destroy(&extra.instance_id, &extra.dir).await;
+            });
+        }
+        self.refill_targets();
+    }
+
+    fn targets_held(&self) -> usize {
+        self.targets.held()
+    }
+
     async fn shutdown(&self, instances_remain: bool) {
+        while self
+            .targets
+            .refilling
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.targets
+                .closed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let made = self.targets.drain();
+        futures::future::join_all(made.iter().map(|t| self.destroy(&t.instance_id, &t.dir))).await;
         if let Some(nets) = &self.net {
             nets.drain_stock().await;
             if !instances_remain {
@@ -474,6 +534,118 @@ impl Engine for GvisorEngine {
 }
 
 impl GvisorEngine {
+    /// Makes one restore target of `class`: bundle, network slot, `runsc create` under a
+    /// two-stage shim.
+    async fn make_target(&self, class: &TargetClass) -> Result<Target, EngineError> {
+        let instance_id = instance_id_from(*uuid::Uuid::new_v4().as_bytes());
+        let dir = self.instances_dir.join(&instance_id);
+        let spec = SandboxSpec {
+            instance_id: instance_id.clone(),
+            dir: dir.clone(),
+            rootfs: class.rootfs.clone(),
+            guest_dir: class.guest_dir.clone(),
+            cpu: class.cpu,
+            memory_mb: class.memory_mb,
+            hostname: "sandbox".into(),
+            network: class.network.clone(),
+        };
+        let net = self.prepare_or_clean(&spec).await?;
+        let bundle = dir.join("bundle").display().to_string();
+        let args = vec![
+            "create".into(),
+            format!("--bundle={bundle}"),
+            instance_id.clone(),
+        ];
+        self.start("create", &spec, net, args, true).await?;
+        Ok(Target {
+            instance_id,
+            dir,
+            class: class.clone(),
+        })
+    }
+
+    /// Makes targets in the background until every class has its count (one at a time: each
+    /// is a few process starts, and restores matter more).
+    fn refill_targets(&self) {
+        use std::sync::atomic::Ordering;
+        if self.targets.refilling.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            while let Some((i, class)) = engine.targets.next_to_make() {
+                let made = engine.make_target(&class).await;
+                engine.targets.made(i);
+                match made {
+                    Ok(t) => {
+                        debug!(instance_id = %t.instance_id, "restore target ready");
+                        engine.targets.add(t);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "making a restore target");
+                        break;
+                    }
+                }
+            }
+            engine.targets.refilling.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Restores `image` onto target `t` for `spec`: its policy if `spec` wants another one,
+    /// then `runsc restore` through the target's control socket.
+    async fn restore_onto(
+        &self,
+        t: Target,
+        spec: &SandboxSpec,
+        image: &Path,
+    ) -> Result<Instance, EngineError> {
+        let fail = |detail: String| EngineError::Failed {
+            op: "restore",
+            id: t.instance_id.clone(),
+            detail,
+        };
+        let result = async {
+            if let Some(want) = spec
+                .network
+                .as_ref()
+                .filter(|p| Some(*p) != t.class.network.as_ref())
+            {
+                self.set_network_policy(&t.instance_id, want).await?;
+            }
+            let mut argv = vec![self.runsc.binary.display().to_string()];
+            argv.extend(
+                self.runsc
+                    .global_args(Some(&t.dir.join("overlay")), t.class.network.is_some()),
+            );
+            argv.extend([
+                "restore".to_string(),
+                format!("--image-path={}", image.display()),
+                format!("--bundle={}", t.dir.join("bundle").display()),
+                t.instance_id.clone(),
+            ]);
+            let line =
+                serde_json::to_string(&ControlRequest { argv }).map_err(|e| fail(e.to_string()))?;
+            let control = t.dir.join("control.sock");
+            let reply = send_control(&control, &line)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            if reply.trim() != "ok" {
+                return Err(fail(format!("shim: {}", reply.trim())));
+            }
+            Ok(Instance {
+                instance_id: t.instance_id.clone(),
+                dir: t.dir.clone(),
+                guest_socket: Self::socket(&t.dir),
+                network: InstanceNet::read(&t.dir).map(|n| n.report()),
+            })
+        }
+        .await;
+        if result.is_err() {
+            let _ = self.destroy(&t.instance_id, &t.dir).await;
+        }
+        result
+    }
+
     /// [`GvisorEngine::prepare`], removing what it made when it fails.
     async fn prepare_or_clean(
         &self,
@@ -487,4 +659,15 @@ impl GvisorEngine {
             }
         }
     }
+}
+
+/// Sends one request line to a shim's control socket and returns its reply line.
+async fn send_control(path: &Path, line: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut stream = tokio::net::UnixStream::connect(path).await?;
+    stream.write_all(line.as_bytes()).await?;
+    stream.write_all(b"\n").await?;
+    let mut reply = String::new();
+    BufReader::new(stream).read_line(&mut reply).await?;
+    Ok(reply)
 }

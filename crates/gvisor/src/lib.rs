@@ -22,6 +22,7 @@ mod engine;
 pub mod net;
 mod runsc;
 pub mod shim;
+mod targets;
 
 pub use cgroup::exists as cgroup_exists;
 pub use engine::{GvisorConfig, GvisorEngine};

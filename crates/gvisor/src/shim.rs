@@ -12,6 +12,13 @@
 //! Without `--socket` it only runs the command (stdio as given, stdin from /dev/null) and
 //! records its exit code in `E`: that is how a `runsc checkpoint` leaves proof that it finished
 //! even when the server that started it was killed meanwhile.
+//!
+//! With `--control C --ready-file R` the shim runs in two stages, for containers made ahead of
+//! time (issue 11): the command is `runsc create`, which gives the container its stdio (the
+//! socket pair) and exits; the shim then writes `R`, serves the unix socket `C`, and waits for
+//! one JSON line `{"argv": [...]}` naming the command that runs the container (`runsc restore`
+//! attached); it answers `ok` once that is started and waits for it as in the one-stage mode.
+//! A container destroyed before its second stage ends the shim too (its stdio closes).
 
 use pandastack_guest_protocol::{read_frame, write_frame, FrameError};
 use std::io;
@@ -19,6 +26,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Command-line arguments of the shim.
@@ -35,6 +43,17 @@ pub struct ShimArgs {
     /// `/proc/sys/net/core/rmem_default` exists, which it does in every namespace of this
     /// kernel (fixed upstream in 20240807); hiding it is the workaround (notes, pitfall 1).
     pub hide_proc_sys_net: bool,
+    /// Two-stage mode: the control socket on which the second command arrives.
+    pub control: Option<PathBuf>,
+    /// Two-stage mode: written once the first command succeeded and `control` listens.
+    pub ready_file: Option<PathBuf>,
+}
+
+/// The second-stage request on the control socket.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct ControlRequest {
+    /// Program and arguments.
+    pub argv: Vec<String>,
 }
 
 type Client = Arc<Mutex<Option<UnixStream>>>;
@@ -59,12 +78,50 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
     };
     let (host_end, guest_end) = UnixStream::pair()?;
     let guest_out = guest_end.try_clone()?;
+    let mut cmd = runsc_command(program, &args.command[1..], args.hide_proc_sys_net);
+    cmd.stdin(Stdio::from(OwnedFd::from(guest_end)))
+        .stdout(Stdio::from(OwnedFd::from(guest_out)));
+    let mut child = cmd.spawn()?;
+
+    let _ = std::fs::remove_file(socket);
+    let listener = UnixListener::bind(socket)?;
+    let client: Client = Arc::new(Mutex::new(None));
+    let to_guest = Arc::new(Mutex::new(host_end.try_clone()?));
+    let guest_closed = Arc::new(AtomicBool::new(false));
+
+    let c = client.clone();
+    let closed = guest_closed.clone();
+    std::thread::spawn(move || {
+        pump_guest_to_client(host_end, c);
+        closed.store(true, Ordering::SeqCst);
+    });
+    let c = client.clone();
+    std::thread::spawn(move || accept_loop(listener, c, to_guest));
+
+    let status = child.wait()?;
+    let code = match (&args.control, status.success()) {
+        (Some(control), true) => {
+            eprintln!("shim: {status} from the first stage; waiting for the second");
+            second_stage(args, control, &guest_closed)?
+        }
+        _ => {
+            eprintln!("shim: runsc exited with {status}");
+            status.code().unwrap_or(128)
+        }
+    };
+    let _ = write_exit(&args.exit_file, code);
+    let _ = std::fs::remove_file(socket);
+    if let Some(c) = &args.control {
+        let _ = std::fs::remove_file(c);
+    }
+    Ok(code)
+}
+
+/// A runsc command with stderr to the shim's log, in the `/proc/sys/net` workaround when asked.
+fn runsc_command(program: &str, args: &[String], hide: bool) -> Command {
     let mut cmd = Command::new(program);
-    cmd.args(&args.command[1..])
-        .stdin(Stdio::from(OwnedFd::from(guest_end)))
-        .stdout(Stdio::from(OwnedFd::from(guest_out)))
-        .stderr(Stdio::inherit());
-    if args.hide_proc_sys_net {
+    cmd.args(args).stderr(Stdio::inherit());
+    if hide {
         use std::os::unix::process::CommandExt;
         // SAFETY: the closure runs in the forked child before exec and only makes system
         // calls (unshare, mount) with pointers to static C strings; it allocates nothing and
@@ -73,24 +130,62 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
             cmd.pre_exec(hide_proc_sys_net);
         }
     }
-    let mut child = cmd.spawn()?;
+    cmd
+}
 
-    let _ = std::fs::remove_file(socket);
-    let listener = UnixListener::bind(socket)?;
-    let client: Client = Arc::new(Mutex::new(None));
-    let to_guest = Arc::new(Mutex::new(host_end.try_clone()?));
-
-    let c = client.clone();
-    std::thread::spawn(move || pump_guest_to_client(host_end, c));
-    let c = client.clone();
-    std::thread::spawn(move || accept_loop(listener, c, to_guest));
-
-    let status = child.wait()?;
-    let code = status.code().unwrap_or(128);
-    let _ = write_exit(&args.exit_file, code);
-    let _ = std::fs::remove_file(socket);
-    eprintln!("shim: runsc exited with {status}");
-    Ok(code)
+/// Serves the control socket until the second command arrives, runs it and returns its exit
+/// code (or 137 when the container died waiting).
+fn second_stage(args: &ShimArgs, control: &PathBuf, guest_closed: &AtomicBool) -> io::Result<i32> {
+    use std::io::{BufRead, BufReader, Write};
+    let _ = std::fs::remove_file(control);
+    let listener = UnixListener::bind(control)?;
+    listener.set_nonblocking(true)?;
+    if let Some(ready) = &args.ready_file {
+        std::fs::write(ready, b"")?;
+    }
+    loop {
+        if guest_closed.load(Ordering::SeqCst) {
+            eprintln!("shim: the container went away before its second stage");
+            return Ok(137);
+        }
+        let conn = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        conn.set_nonblocking(false)?;
+        let mut line = String::new();
+        BufReader::new(&conn).read_line(&mut line)?;
+        let mut reply = &conn;
+        let req: ControlRequest = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = writeln!(reply, "error: {e}");
+                continue;
+            }
+        };
+        let Some((program, rest)) = req.argv.split_first() else {
+            let _ = writeln!(reply, "error: empty argv");
+            continue;
+        };
+        let mut cmd = runsc_command(program, rest, args.hide_proc_sys_net);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let _ = writeln!(reply, "ok");
+                drop(conn);
+                let status = child.wait()?;
+                eprintln!("shim: runsc exited with {status}");
+                return Ok(status.code().unwrap_or(128));
+            }
+            Err(e) => {
+                let _ = writeln!(reply, "error: {e}");
+            }
+        }
+    }
 }
 
 /// In the child before exec: a private mount namespace whose `/proc/sys/net` is an empty tmpfs.

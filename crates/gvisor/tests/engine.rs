@@ -113,6 +113,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
         platform: "ptrace".into(),
         shim_command: vec![shim.display().to_string(), "shim".into()],
         network: None,
+        instances_dir: work.clone(),
     })
     .unwrap();
     // Ids unique to this run: a killed earlier run may have left cgroups behind (frozen ones
@@ -276,6 +277,7 @@ async fn networked_instances_get_their_own_address_and_policy() {
             cidr: None,
             stock: 1,
         }),
+        instances_dir: work.clone(),
     })
     .unwrap();
     engine.recover(&[]).await.expect("network recovery");

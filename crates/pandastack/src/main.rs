@@ -62,6 +62,14 @@ struct ServerArgs {
     /// Sandboxes restored ahead of time per template, so creates only claim one (0: off).
     #[arg(long, env = "PANDASTACK_POOL_SIZE", default_value_t = 2)]
     pool_size: usize,
+    /// The most a template's warm pool grows to while creates come in bursts (it follows the
+    /// largest number of creates within 5 s over the last 5 minutes).
+    #[arg(long, env = "PANDASTACK_POOL_MAX", default_value_t = 8)]
+    pool_max: usize,
+    /// Containers made in advance per template, so restores (pool refills, snapshots, forks,
+    /// wakes) skip making their container (0: off).
+    #[arg(long, env = "PANDASTACK_RESTORE_TARGETS", default_value_t = 2)]
+    restore_targets: usize,
     /// Idle seconds after which a persistent sandbox is hibernated (seed 003: 5 minutes).
     #[arg(long, env = "PANDASTACK_IDLE_HIBERNATE_SECONDS", default_value_t = 300)]
     idle_hibernate_seconds: i64,
@@ -133,6 +141,12 @@ struct ShimArgs {
     /// Hide `/proc/sys/net` from runsc (the `--network=sandbox` workaround of this runsc).
     #[arg(long)]
     hide_proc_sys_net: bool,
+    /// Two-stage mode (containers made ahead of time): where the second command arrives.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Two-stage mode: written once the first command succeeded.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
     #[arg(last = true, required = true)]
     command: Vec<String>,
 }
@@ -155,6 +169,8 @@ fn main() -> Result<()> {
                 exit_file: a.exit_file,
                 command: a.command,
                 hide_proc_sys_net: a.hide_proc_sys_net,
+                control: a.control,
+                ready_file: a.ready_file,
             })
             .context("shim")?;
             std::process::exit(code);
@@ -180,6 +196,8 @@ fn main() -> Result<()> {
                 runsc: a.runsc,
                 platform: a.platform,
                 pool_size: a.pool_size,
+                restore_targets: a.restore_targets,
+                pool_max: a.pool_max,
                 idle_hibernate_seconds: a.idle_hibernate_seconds,
                 shim_command: vec![exe.display().to_string(), "shim".into()],
                 mcp_calls_per_second: a.mcp_calls_per_second,

@@ -88,6 +88,10 @@ pub struct ServerConfig {
     pub idle_hibernate_seconds: i64,
     /// Pre-restored sandboxes per template (warm pool); 0 disables it.
     pub pool_size: usize,
+    /// The most a template's pool grows to under bursts (`--pool-max`).
+    pub pool_max: usize,
+    /// Containers made in advance per template for restores (`--restore-targets`).
+    pub restore_targets: usize,
     /// How to start a shim: this binary plus `shim`.
     pub shim_command: Vec<String>,
     /// MCP tool calls allowed per second per workspace (bursts of twice that); 0: no limit.
@@ -157,6 +161,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             platform: cfg.platform.clone(),
             shim_command: cfg.shim_command.clone(),
             network,
+            instances_dir: cfg.data_dir.join("instances"),
         },
     )?);
     let secret = store.setting_or_insert(previews::SECRET_SETTING, || {
@@ -177,6 +182,9 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             guest_dir,
             default_ttl_seconds: 3600,
             pool_size: cfg.pool_size,
+            pool_max: cfg.pool_max,
+            restore_targets: cfg.restore_targets,
+            scratch_dir: scratch_dir(&cfg.data_dir),
             idle_hibernate_seconds: cfg.idle_hibernate_seconds,
             public_metrics: cfg.public_metrics,
             network: cfg.network.enabled.then_some(NetworkDefaults {
@@ -240,6 +248,25 @@ async fn stop_signal() {
     }
 }
 
+/// This server's RAM-backed scratch dir, `/dev/shm/pandastack-<tag>` (the tag of
+/// [`data_dir_tag`]), when the host has `/dev/shm`.
+fn scratch_dir(data_dir: &std::path::Path) -> Option<PathBuf> {
+    let shm = std::path::Path::new("/dev/shm");
+    shm.is_dir()
+        .then(|| shm.join(format!("pandastack-{}", data_dir_tag(data_dir))))
+}
+
+/// 6 hex digits naming a data dir: the first 3 bytes of the SHA-256 of its canonical path.
+/// Everything a server makes outside its data dir carries it.
+pub fn data_dir_tag(data_dir: &std::path::Path) -> String {
+    let canonical = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let digest = {
+        use sha2::Digest;
+        sha2::Sha256::digest(canonical.display().to_string().as_bytes())
+    };
+    hex::encode(&digest[..3])
+}
+
 /// The engine's networking settings: this data dir's tag (the first 6 hex digits of the SHA-256
 /// of its canonical path) names everything the server makes on the host.
 fn network_config(
@@ -249,10 +276,6 @@ fn network_config(
         return Ok(None);
     }
     let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
-    let digest = {
-        use sha2::Digest;
-        sha2::Sha256::digest(data_dir.display().to_string().as_bytes())
-    };
     let cidr = cfg
         .network
         .cidr
@@ -261,7 +284,7 @@ fn network_config(
         .transpose()
         .map_err(|e| StartError::Config(format!("--sandbox-cidr: {e}")))?;
     Ok(Some(pandastack_gvisor::net::NetConfig {
-        tag: hex::encode(&digest[..3]),
+        tag: data_dir_tag(&data_dir),
         data_dir,
         cidr,
         stock: cfg.network.netns_stock,

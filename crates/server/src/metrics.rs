@@ -19,6 +19,14 @@ pub struct Metrics {
     pub engine_failures: IntCounterVec,
     /// `pandastack_sandboxes{state}`.
     pub sandboxes: IntGaugeVec,
+    /// `pandastack_pool_claims_total{template,result}`: creates that found a warm-pool
+    /// instance (`hit`) or had to restore (`miss`).
+    pub pool_claims: IntCounterVec,
+    /// `pandastack_pool_instances{template,state}`: pooled instances `ready` and restores
+    /// `in_flight` (computed at scrape time).
+    pub pool: IntGaugeVec,
+    /// `pandastack_restore_targets`: containers made in advance for restores (issue 11).
+    pub restore_targets: prometheus::IntGauge,
 }
 
 const BUCKETS: &[f64] = &[
@@ -62,8 +70,26 @@ fn build() -> Result<Metrics, prometheus::Error> {
     registry.register(Box::new(lifecycle.clone()))?;
     registry.register(Box::new(created.clone()))?;
     registry.register(Box::new(engine_failures.clone()))?;
+    let pool_claims = IntCounterVec::new(
+        Opts::new("pandastack_pool_claims_total", "Warm-pool claims by result"),
+        &["template", "result"],
+    )?;
+    let pool = IntGaugeVec::new(
+        Opts::new("pandastack_pool_instances", "Warm-pool instances"),
+        &["template", "state"],
+    )?;
     registry.register(Box::new(sandboxes.clone()))?;
+    registry.register(Box::new(pool_claims.clone()))?;
+    let restore_targets = prometheus::IntGauge::new(
+        "pandastack_restore_targets",
+        "Containers made in advance for restores (ready or being made)",
+    )?;
+    registry.register(Box::new(pool.clone()))?;
+    registry.register(Box::new(restore_targets.clone()))?;
     Ok(Metrics {
+        restore_targets,
+        pool_claims,
+        pool,
         registry,
         http,
         lifecycle,

@@ -48,6 +48,15 @@ pub async fn prometheus_text(
             .with_label_values(&[s.as_str()])
             .set(counts.get(s.as_str()).copied().unwrap_or(0));
     }
+    for (template, ready, in_flight) in st.host.pool_sizes() {
+        m.pool
+            .with_label_values(&[&template, "ready"])
+            .set(ready as i64);
+        m.pool
+            .with_label_values(&[&template, "in_flight"])
+            .set(in_flight as i64);
+    }
+    m.restore_targets.set(st.host.engine.targets_held() as i64);
     let mut buf = Vec::new();
     prometheus::TextEncoder::new()
         .encode(&m.registry.gather(), &mut buf)

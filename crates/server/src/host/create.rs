@@ -204,6 +204,13 @@ impl Host {
                 e,
             )
         })?;
+        // A restore may have landed on a container made in advance: record the real one.
+        if inst.instance_id != spec.instance_id {
+            let mut r = live.row.lock().await;
+            r.instance_id = Some(inst.instance_id.clone());
+            r.instance_dir = Some(inst.dir.display().to_string());
+            self.store.put_sandbox(&r)?;
+        }
         let conn = GuestConn::connect(&inst.guest_socket, HANDSHAKE_TIMEOUT)
             .await
             .map_err(|e| ApiError::internal("guest handshake", e))?;

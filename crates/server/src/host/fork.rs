@@ -36,7 +36,7 @@ impl Host {
             )));
         }
         let tree_id = format!("tree-{}", uuid::Uuid::new_v4().simple());
-        let image = self.cfg.data_dir.join("forks").join(&tree_id);
+        let image = self.fork_image_dir(parent, &tree_id).await;
         // Crash-safe (operations.rs): a fork interrupted by a crash is undone whole.
         self.begin_operation(
             operations::FORK,
@@ -47,10 +47,13 @@ impl Host {
         )?;
         let (base, spec) = {
             let _gate = parent.gate.write().await;
+            // The parent stops answering for the checkpoint only (--leave-running).
+            let paused = std::time::Instant::now();
             if let Err(e) = self.capture(parent, &image, true).await {
                 self.abandon_operation(&tree_id, &image);
                 return Err(e);
             }
+            crate::metrics::observe("fork_pause", paused);
             let r = parent.snapshot_row().await;
             let base = SnapshotRow {
                 id: tree_id.clone(),
@@ -104,6 +107,30 @@ impl Host {
         }
         self.end_operation(&tree_id);
         Ok(children)
+    }
+
+    /// Where a fork's transient capture goes: the RAM-backed scratch dir when it has room for
+    /// twice the parent's memory (writing and reading it back is then memory speed), else
+    /// `<data_dir>/forks`. Either way it is removed once the children are restored.
+    async fn fork_image_dir(&self, parent: &Live, tree_id: &str) -> std::path::PathBuf {
+        let on_disk = self.cfg.data_dir.join("forks").join(tree_id);
+        let Some(scratch) = &self.cfg.scratch_dir else {
+            return on_disk;
+        };
+        let iid = parent.row.lock().await.instance_id.clone();
+        let need = match iid {
+            Some(iid) => self
+                .engine
+                .stats(&iid)
+                .await
+                .map(|s| 2 * s.memory_bytes + (256 << 20))
+                .unwrap_or(u64::MAX),
+            None => u64::MAX,
+        };
+        match free_bytes(scratch) {
+            Some(free) if free > need => scratch.join("forks").join(tree_id),
+            _ => on_disk,
+        }
     }
 
     /// Makes `child` standalone; with `cleanup_siblings`, destroys the other children of its
@@ -176,4 +203,20 @@ impl Host {
         }
         out
     }
+}
+
+/// Free bytes of the filesystem holding `dir` (created if missing), if it can be read.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    std::fs::create_dir_all(dir).ok()?;
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call and `st` points to
+    // writable memory of the right size; statvfs writes it only when it returns 0.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it initialised `st`.
+    let st = unsafe { st.assume_init() };
+    Some(st.f_bavail * st.f_frsize)
 }

@@ -47,8 +47,15 @@ pub struct HostConfig {
     pub default_ttl_seconds: i64,
     /// Idle time after which a persistent sandbox is hibernated, seconds (seed 003: 300).
     pub idle_hibernate_seconds: i64,
-    /// Pre-restored sandboxes kept per template (0 disables the warm pool).
+    /// Pre-restored sandboxes kept per template at least (0 disables the warm pool).
     pub pool_size: usize,
+    /// The most a template's pool grows to under bursts of creates.
+    pub pool_max: usize,
+    /// Containers made in advance per template for restores to land on (0: none).
+    pub restore_targets: usize,
+    /// A RAM-backed directory of this server for transient images (fork captures), e.g.
+    /// `/dev/shm/pandastack-<tag>`; `None`: they go to the data dir.
+    pub scratch_dir: Option<PathBuf>,
     /// Serve `GET /metrics` without an API key.
     pub public_metrics: bool,
     /// Sandbox networking (issue 7); `None`: sandboxes get loopback only.
@@ -154,6 +161,7 @@ impl Host {
         template_image::prune_template_images(&self.cfg.data_dir, &keep);
         for t in all {
             if self.ready_template_image(&t).is_some() {
+                self.keep_restore_targets(&t);
                 self.refill_pool(t);
             } else {
                 self.ensure_template_image(t);

@@ -1,7 +1,13 @@
-//! The warm pool: per template, a few sandboxes restored from the template image ahead of
-//! time, so a create only has to claim one (a store write and an event: a few ms) instead of
-//! restoring (~200-300 ms here). A claimed instance is replaced in the background. Pooled
-//! instances belong to no sandbox row, so after a crash the start-up orphan sweep destroys them.
+//! The warm pool: per template, sandboxes restored from the template image ahead of time, so a
+//! create only has to claim one (a store write and an event: a few ms) instead of restoring
+//! (~100-250 ms here). Pooled instances belong to no sandbox row, so after a crash the start-up
+//! orphan sweep destroys them.
+//!
+//! The pool does not drain under bursts (issue 11): a claim starts refills at once, up to
+//! [`PARALLEL_REFILLS`] restores at a time (landing on containers made in advance), and its size
+//! follows demand: the largest number of claims seen within any [`BURST_WINDOW`] of the last
+//! [`HISTORY`], between `--pool-size` and `--pool-max`. When demand goes, the sweeper trims the
+//! pool back to `--pool-size`.
 
 use super::{CreateSpec, Host, Live};
 use crate::error::ApiError;
@@ -10,10 +16,18 @@ use crate::state::SandboxState;
 use pandastack_engine::SandboxSpec;
 
 use pandastack_templates::TemplateInfo;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::{debug, warn};
+
+/// Restores a template's pool refills run at once (the host has 2 cores here; more only
+/// slows each one down).
+pub const PARALLEL_REFILLS: usize = 2;
+/// A burst: claims within this window count together.
+pub const BURST_WINDOW: Duration = Duration::from_secs(5);
+/// How long a burst keeps the pool large.
+pub const HISTORY: Duration = Duration::from_secs(300);
 
 /// One pre-restored instance.
 pub struct Pooled {
@@ -24,13 +38,53 @@ pub struct Pooled {
     image: String,
 }
 
-/// Pooled instances by template name, plus which templates are being refilled.
+/// Per-template bookkeeping of the pool.
+#[derive(Default)]
+struct TemplatePool {
+    ready: Vec<Pooled>,
+    /// Refill tasks running.
+    workers: usize,
+    /// Restores in flight.
+    in_flight: usize,
+    /// Recent claims (hits and misses), oldest first.
+    claims: VecDeque<Instant>,
+}
+
+impl TemplatePool {
+    /// The largest number of claims within any [`BURST_WINDOW`] of the last [`HISTORY`].
+    fn burst(&mut self, now: Instant) -> usize {
+        while self
+            .claims
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > HISTORY)
+        {
+            self.claims.pop_front();
+        }
+        let times: Vec<Instant> = self.claims.iter().copied().collect();
+        let mut best = 0;
+        let mut lo = 0;
+        for hi in 0..times.len() {
+            while times[hi].duration_since(times[lo]) > BURST_WINDOW {
+                lo += 1;
+            }
+            best = best.max(hi - lo + 1);
+        }
+        best
+    }
+}
+
+/// Pooled instances by template name.
 #[derive(Default)]
 pub struct Pool {
-    ready: Mutex<HashMap<String, Vec<Pooled>>>,
-    refilling: Mutex<std::collections::HashSet<String>>,
+    templates: Mutex<HashMap<String, TemplatePool>>,
     /// Set at shutdown: no more refills.
     closed: std::sync::atomic::AtomicBool,
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TemplatePool>> {
+        self.templates.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Host {
@@ -42,14 +96,18 @@ impl Host {
         started: Instant,
     ) -> Option<Result<Arc<Live>, ApiError>> {
         let image = self.ready_template_image(tpl)?.display().to_string();
+        self.pool
+            .lock()
+            .entry(tpl.name.clone())
+            .or_default()
+            .claims
+            .push_back(Instant::now());
         let pooled = loop {
             let candidate = self
                 .pool
-                .ready
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
                 .get_mut(&tpl.name)
-                .and_then(Vec::pop);
+                .and_then(|t| t.ready.pop());
             let Some(p) = candidate else { break None };
             if p.image == image && p.conn.is_alive() {
                 break Some(p);
@@ -58,6 +116,10 @@ impl Host {
             let _ = self.engine.destroy(&p.spec.instance_id, &p.spec.dir).await;
         };
         self.refill_pool(tpl.clone());
+        crate::metrics::metrics()
+            .pool_claims
+            .with_label_values(&[&tpl.name, if pooled.is_some() { "hit" } else { "miss" }])
+            .inc();
         let p = pooled?;
         let mut row = spec.row(
             &tpl.name,
@@ -100,85 +162,138 @@ impl Host {
         )
     }
 
-    /// Tops up `tpl`'s pool to the configured size in the background (one restore at a time).
+    /// How many instances `tpl`'s pool should hold now (see the module docs).
+    fn pool_goal(&self, t: &mut TemplatePool) -> usize {
+        if self.cfg.pool_size == 0 {
+            return 0;
+        }
+        t.burst(Instant::now()).clamp(
+            self.cfg.pool_size,
+            self.cfg.pool_max.max(self.cfg.pool_size),
+        )
+    }
+
+    /// Tops up `tpl`'s pool to its goal in the background, with up to [`PARALLEL_REFILLS`]
+    /// restores at once.
     pub fn refill_pool(self: &Arc<Self>, tpl: TemplateInfo) {
-        if self.cfg.pool_size == 0
-            || self.pool.closed.load(std::sync::atomic::Ordering::SeqCst)
-            || !self
-                .pool
-                .refilling
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(tpl.name.clone())
-        {
+        if self.pool.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let host = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let have = host
-                    .pool
-                    .ready
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&tpl.name)
-                    .map_or(0, Vec::len);
-                if have >= host.cfg.pool_size
-                    || host.pool.closed.load(std::sync::atomic::Ordering::SeqCst)
-                {
-                    break;
+        let spawn = {
+            let mut pools = self.pool.lock();
+            let t = pools.entry(tpl.name.clone()).or_default();
+            let goal = self.pool_goal(t);
+            let short = goal.saturating_sub(t.ready.len() + t.in_flight);
+            let spawn = short.min(PARALLEL_REFILLS.saturating_sub(t.workers));
+            t.workers += spawn;
+            spawn
+        };
+        for _ in 0..spawn {
+            let host = self.clone();
+            let tpl = tpl.clone();
+            tokio::spawn(async move { host.pool_worker(tpl).await });
+        }
+    }
+
+    /// One refill worker: restores until the pool has its goal (counting restores in flight).
+    async fn pool_worker(self: Arc<Self>, tpl: TemplateInfo) {
+        loop {
+            let go = {
+                let mut pools = self.pool.lock();
+                let t = pools.entry(tpl.name.clone()).or_default();
+                let goal = self.pool_goal(t);
+                let go = !self.pool.closed.load(std::sync::atomic::Ordering::SeqCst)
+                    && t.ready.len() + t.in_flight < goal;
+                if go {
+                    t.in_flight += 1;
+                } else {
+                    t.workers -= 1;
                 }
-                let Some(image) = host.ready_template_image(&tpl) else {
-                    break;
-                };
-                let spec = host.instance_spec(
-                    &tpl.rootfs.display().to_string(),
-                    &host.cfg.guest_dir.display().to_string(),
-                    tpl.cpu,
-                    tpl.memory_mb,
-                    host.cfg.default_network_policy(),
-                );
-                let restored = async {
-                    let inst = host
-                        .engine
-                        .restore(&spec, &image)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let conn = GuestConn::connect(&inst.guest_socket, Duration::from_secs(20))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    Ok::<_, String>((conn, inst.network))
+                go
+            };
+            if !go {
+                return;
+            }
+            let restored = self.restore_for_pool(&tpl).await;
+            let mut pools = self.pool.lock();
+            let t = pools.entry(tpl.name.clone()).or_default();
+            t.in_flight -= 1;
+            match restored {
+                Some(p) => t.ready.push(p),
+                None => {
+                    t.workers -= 1;
+                    return;
                 }
-                .await;
-                match restored {
-                    Ok((conn, network)) => {
-                        debug!(template = %tpl.name, instance_id = %spec.instance_id, "pooled instance ready");
-                        host.pool
-                            .ready
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .entry(tpl.name.clone())
-                            .or_default()
-                            .push(Pooled {
-                                spec,
-                                conn,
-                                network,
-                                image: image.display().to_string(),
-                            });
-                    }
-                    Err(e) => {
-                        warn!(template = %tpl.name, error = %e, "pool restore failed");
-                        let _ = host.engine.destroy(&spec.instance_id, &spec.dir).await;
-                        break;
+            }
+        }
+    }
+
+    /// Restores one instance of `tpl`'s template image for the pool.
+    async fn restore_for_pool(&self, tpl: &TemplateInfo) -> Option<Pooled> {
+        let image = self.ready_template_image(tpl)?;
+        let mut spec = self.instance_spec(
+            &tpl.rootfs.display().to_string(),
+            &self.cfg.guest_dir.display().to_string(),
+            tpl.cpu,
+            tpl.memory_mb,
+            self.cfg.default_network_policy(),
+        );
+        let inst = match self.engine.restore(&spec, &image).await {
+            Ok(i) => i,
+            Err(e) => {
+                warn!(template = %tpl.name, error = %e, "pool restore failed");
+                return None;
+            }
+        };
+        // The restore may have landed on a container made in advance.
+        spec.instance_id = inst.instance_id.clone();
+        spec.dir = inst.dir.clone();
+        match GuestConn::connect(&inst.guest_socket, Duration::from_secs(20)).await {
+            Ok(conn) => {
+                debug!(template = %tpl.name, instance_id = %spec.instance_id, "pooled instance ready");
+                Some(Pooled {
+                    spec,
+                    conn,
+                    network: inst.network,
+                    image: image.display().to_string(),
+                })
+            }
+            Err(e) => {
+                warn!(template = %tpl.name, error = %e, "pooled instance did not answer");
+                let _ = self.engine.destroy(&spec.instance_id, &spec.dir).await;
+                None
+            }
+        }
+    }
+
+    /// Destroys pooled instances above each template's goal (a burst has passed). Called by the
+    /// sweeper now and then.
+    pub(super) async fn trim_pools(&self) {
+        let surplus: Vec<Pooled> = {
+            let mut pools = self.pool.lock();
+            let mut out = Vec::new();
+            for t in pools.values_mut() {
+                let goal = self.pool_goal(t);
+                while t.ready.len() > goal {
+                    if let Some(p) = t.ready.pop() {
+                        out.push(p);
                     }
                 }
             }
-            host.pool
-                .refilling
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&tpl.name);
-        });
+            out
+        };
+        for p in surplus {
+            self.destroy_instance_later(p.spec.instance_id, p.spec.dir);
+        }
+    }
+
+    /// Instances in each template's pool now, and restores in flight (for `/metrics`).
+    pub fn pool_sizes(&self) -> Vec<(String, usize, usize)> {
+        self.pool
+            .lock()
+            .iter()
+            .map(|(name, t)| (name.clone(), t.ready.len(), t.in_flight))
+            .collect()
     }
 }
 
@@ -189,20 +304,15 @@ impl Host {
     pub async fn shutdown(&self) {
         use std::sync::atomic::Ordering;
         self.pool.closed.store(true, Ordering::SeqCst);
-        while !self
-            .pool
-            .refilling
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-        {
+        while self.pool.lock().values().any(|t| t.workers > 0) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let pooled: Vec<Pooled> =
-            std::mem::take(&mut *self.pool.ready.lock().unwrap_or_else(|e| e.into_inner()))
-                .into_values()
-                .flatten()
-                .collect();
+        let pooled: Vec<Pooled> = self
+            .pool
+            .lock()
+            .values_mut()
+            .flat_map(|t| std::mem::take(&mut t.ready))
+            .collect();
         futures::future::join_all(
             pooled
                 .iter()
@@ -221,5 +331,28 @@ impl Host {
             remain |= live.row.lock().await.instance_id.is_some();
         }
         self.engine.shutdown(remain).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_the_most_claims_within_the_window() {
+        let mut t = TemplatePool::default();
+        let now = Instant::now();
+        assert_eq!(t.burst(now), 0);
+        let base = now - Duration::from_secs(100);
+        for i in 0..10 {
+            t.claims.push_back(base + Duration::from_millis(100 * i));
+        }
+        for i in 0..3 {
+            t.claims.push_back(base + Duration::from_secs(50 + 10 * i));
+        }
+        assert_eq!(t.burst(now), 10);
+        let later = base + HISTORY + Duration::from_secs(10);
+        assert_eq!(t.burst(later), 1, "the burst aged out");
+        assert_eq!(t.claims.len(), 3);
     }
 }

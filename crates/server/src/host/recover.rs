@@ -68,6 +68,10 @@ impl Host {
             let dir = self.cfg.data_dir.join("instances").join(iid);
             self.destroy_instance_later(iid.clone(), dir);
         }
+        // Fork captures in the RAM scratch dir live only while a fork runs: none does now.
+        if let Some(scratch) = &self.cfg.scratch_dir {
+            let _ = std::fs::remove_dir_all(scratch.join("forks"));
+        }
         // Instance directories of containers runsc no longer knows (a crash between the two
         // steps of a destroy, a reboot): nothing runs there, so they go now.
         if let Ok(dirs) = std::fs::read_dir(self.cfg.data_dir.join("instances")) {

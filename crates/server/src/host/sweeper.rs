@@ -20,10 +20,15 @@ impl Host {
         let host = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(PERIOD);
+            let mut n: u64 = 0;
             loop {
                 tick.tick().await;
                 host.sweep_ttl().await;
                 host.sweep_idle().await;
+                n += 1;
+                if n.is_multiple_of(40) {
+                    host.trim_pools().await;
+                }
             }
         });
     }

@@ -50,6 +50,22 @@ impl Host {
             .join(format!("{}-{guest}{mode}", tpl.build_id))
     }
 
+    /// Asks the engine to keep `--restore-targets` containers of `tpl`'s class made in
+    /// advance: restores of its template image (pool refills, pool misses), of snapshots of its
+    /// sandboxes, fork children and wakes land on one (issue 11).
+    pub fn keep_restore_targets(&self, tpl: &TemplateInfo) {
+        self.engine.keep_targets(
+            pandastack_engine::TargetClass {
+                rootfs: tpl.rootfs.clone(),
+                guest_dir: self.cfg.guest_dir.clone(),
+                cpu: tpl.cpu,
+                memory_mb: tpl.memory_mb,
+                network: self.cfg.default_network_policy(),
+            },
+            self.cfg.restore_targets,
+        );
+    }
+
     /// The ready image of `tpl`, if one was made.
     pub fn ready_template_image(&self, tpl: &TemplateInfo) -> Option<PathBuf> {
         let dir = self.template_image_dir(tpl);
@@ -76,6 +92,7 @@ impl Host {
             match host.build_template_image(&tpl).await {
                 Ok(()) => {
                     info!(template = %tpl.name, ms = started.elapsed().as_millis() as u64, "template snapshot ready");
+                    host.keep_restore_targets(&tpl);
                     host.refill_pool(tpl.clone());
                 }
                 Err(e) => {
