@@ -17,24 +17,14 @@ of issue 2 yourself (exec and run_code("1") P50 <= 15 ms, create -> first exec P
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
-from typing import Callable, List
+from pathlib import Path
+from typing import List
 
-
-def percentile(samples: List[float], p: float) -> float:
-    """Nearest-rank percentile (P99 of 50 samples is the largest)."""
-    ordered = sorted(samples)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000
+sys.path.insert(0, str(Path(__file__).parent))
+from benchlib import percentile, timed  # noqa: E402
 
 
 def bench_create(template: str, runs: int) -> tuple[List[float], List[float]]:

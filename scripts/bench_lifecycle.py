@@ -1,78 +1,336 @@
 #!/usr/bin/env python3
-"""Lifecycle latency of a PandaStack server through the published Python SDK (pandastack==0.10.0).
+"""Lifecycle speed of a PandaStack server (issue 11) through the published Python SDK
+(pandastack==0.10.0), with the raw runsc floor measured in the same run for the same image.
 
-Prints a markdown table of P50/P99 (ms) over --runs runs (default 20) of: pause, resume,
-snapshot (code-interpreter with a kernel holding a 1e5-row DataFrame), restore -> first
-run_code answered, fork, fork_tree(3), hibernate, wake -> first exec answered. Numbers, not
-assertions (seed 003's table lists the targets). Runs against $PANDASTACK_API with
-$PANDASTACK_API_KEY and deletes what it creates.
+Prints markdown tables (P50/P99 ms over --runs runs, default 30) of:
+  - create -> first exec, 50 back to back (`code-interpreter`), after one warm-up burst (the
+    warm pool sizes itself from recent bursts);
+  - exec `true`, run_code("1");
+  - with a code-interpreter sandbox whose kernel holds a 1e5-row DataFrame: snapshot,
+    from_snapshot -> first run_code, fork -> child answers, the parent's longest stall during a
+    fork (a thread keeps running exec `true` on it), fork_tree(3) and fork_tree(8) all
+    answering, hibernate, wake -> first exec;
+  - the floor: `runsc checkpoint --leave-running` of that sandbox, `runsc restore` of the image
+    into a new container and onto one made in advance with `runsc create`, each until the guest
+    answers its handshake; and each figure's ratio to the floor it is made of;
+  - density: --density idle code-interpreter sandboxes (stopping early when MemAvailable falls
+    under 4 GiB): host memory per idle sandbox (MemAvailable drop / N), exec P50/P99 across them,
+    idle CPU per sandbox over 20 s.
 
-    python3 scripts/bench_lifecycle.py [--runs 20]
+Runs against $PANDASTACK_API with $PANDASTACK_API_KEY; --data-dir is that server's data dir (the
+floor reads its store and runsc root; nothing there is changed). Needs root (runsc, ip).
+
+    python3 scripts/bench_lifecycle.py --data-dir /var/lib/pandastack [--runs 30] [--density 100]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
 import time
-from typing import Callable, Dict, List
+import uuid
+from pathlib import Path
+from typing import Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).parent))
+from benchlib import GuestChannel, percentile, table, timed  # noqa: E402
 
 
-def percentile(samples: List[float], p: float) -> float:
-    ordered = sorted(samples)
-    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
+def mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable")
 
 
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000
+class Floor:
+    """Raw runsc on the server's images: a bundle copied from a live instance of the server
+    (same rootfs, guest dir, limits), its own runsc root and network namespace."""
+
+    def __init__(self, data_dir: Path, instance_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.work = Path(tempfile.mkdtemp(prefix="pandastack-floor-", dir="/dev/shm"))
+        self.root = self.work / "runsc"
+        self.root.mkdir()
+        self.template = json.loads((instance_dir / "bundle" / "config.json").read_text())
+        ns = self.template["linux"]["namespaces"]
+        self.networked = any(n.get("type") == "network" and n.get("path") for n in ns)
+
+    def _netns(self, name: str) -> Optional[str]:
+        if not self.networked:
+            return None
+        cmds = [
+            ["ip", "netns", "add", name],
+            ["ip", "-n", name, "link", "set", "lo", "up"],
+            ["ip", "-n", name, "link", "add", "eth0", "type", "dummy"],
+            ["ip", "-n", name, "addr", "add", "10.0.2.100/24", "dev", "eth0"],
+            ["ip", "-n", name, "link", "set", "eth0", "up"],
+            ["ip", "-n", name, "route", "add", "default", "via", "10.0.2.2", "dev", "eth0"],
+        ]
+        for c in cmds:
+            subprocess.run(c, check=True, capture_output=True)
+        return name
+
+    def _bundle(self, cid: str, netns: Optional[str]) -> Path:
+        d = self.work / cid
+        (d / "bundle").mkdir(parents=True)
+        (d / "overlay").mkdir()
+        cfg = json.loads(json.dumps(self.template))
+        cfg["linux"]["cgroupsPath"] = f"pandastack-floor/{cid}"
+        cfg["linux"]["namespaces"] = [
+            ({"type": "network", "path": f"/run/netns/{netns}"} if netns else {"type": "network"})
+            if n.get("type") == "network" else n
+            for n in cfg["linux"]["namespaces"]
+        ]
+        (d / "bundle" / "config.json").write_text(json.dumps(cfg))
+        return d
+
+    def _runsc(self, d: Path, *args: str) -> List[str]:
+        net = ["--network=sandbox", "--net-disconnect-ok"] if self.networked else ["--network=none"]
+        base = ["runsc", f"--root={self.root}", "--platform=ptrace", *net, f"--overlay2=root:dir={d / 'overlay'}"]
+        if self.networked:
+            # The workaround the shim applies (notes, pitfall 1).
+            return ["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /proc/sys/net && exec "$@"', "sh", *base, *args]
+        return [*base, *args]
+
+    def restore(self, image: Path, precreate: bool) -> float:
+        """ms from starting `runsc restore` to the guest's handshake answer."""
+        cid = "ps-floor" + uuid.uuid4().hex[:27]
+        netns = self._netns(f"psfloor-{cid[-8:]}")
+        d = self._bundle(cid, netns)
+        host, guest = socket.socketpair()
+        try:
+            if precreate:
+                subprocess.run(self._runsc(d, "create", f"--bundle={d / 'bundle'}", cid), stdin=guest.fileno(),
+                               stdout=guest.fileno(), stderr=subprocess.DEVNULL, check=True)
+                guest.close()
+                start = time.perf_counter()
+                proc = subprocess.Popen(self._runsc(d, "restore", f"--image-path={image}", f"--bundle={d / 'bundle'}", cid),
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            else:
+                start = time.perf_counter()
+                proc = subprocess.Popen(self._runsc(d, "restore", f"--image-path={image}", f"--bundle={d / 'bundle'}", cid),
+                                        stdin=guest.fileno(), stdout=guest.fileno(), stderr=subprocess.DEVNULL)
+                guest.close()
+            host.settimeout(30)
+            reply = GuestChannel(host).hello()
+            took = (time.perf_counter() - start) * 1000
+            if reply.get("type") != "hello_ok":
+                raise RuntimeError(f"floor restore: {reply}")
+            return took
+        finally:
+            subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
+            if netns:
+                subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+            host.close()
+            shutil.rmtree(d, ignore_errors=True)
+            try:
+                proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def checkpoint(self, iid: str, image: Path) -> float:
+        return timed(lambda: subprocess.run(
+            ["runsc", f"--root={self.data_dir / 'runsc'}", "checkpoint", "--leave-running", "--compression=none",
+             f"--image-path={image}", iid], check=True, capture_output=True))
+
+    def close(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20)
-    args = parser.parse_args()
-    from pandastack import Sandbox
+def instance_of(data_dir: Path, sandbox_id: str) -> tuple[str, Path]:
+    db = sqlite3.connect(f"file:{data_dir / 'store.db'}?mode=ro", uri=True, timeout=10)
+    try:
+        iid, idir = db.execute("SELECT instance_id, instance_dir FROM sandboxes WHERE id = ?", (sandbox_id,)).fetchone()
+    finally:
+        db.close()
+    return iid, Path(idir)
 
-    results: Dict[str, List[float]] = {}
-    add = lambda name, ms: results.setdefault(name, []).append(ms)  # noqa: E731
-    warm = Sandbox.create(template="code-interpreter", ttl_seconds=3600)
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="PandaStack lifecycle speed and the runsc floor")
+    ap.add_argument("--data-dir", required=True, help="the server's data dir (for the floor)")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--density", type=int, default=100, help="idle sandboxes for the density rows (0: skip)")
+    a = ap.parse_args()
+    from pandastack import Client, Sandbox
+
+    data_dir = Path(a.data_dir)
+    client = Client(timeout=120)
+    rows: List[tuple] = []
     made: List[Sandbox] = []
+
+    def burst(n: int) -> List[float]:
+        out = []
+        for _ in range(n):
+            start = time.perf_counter()
+            sb = Sandbox.create(template="code-interpreter")
+            sb.exec("true")
+            out.append((time.perf_counter() - start) * 1000)
+            sb.kill()
+        return out
+
+    print("bench: create bursts", file=sys.stderr)
+    burst(50)
+    time.sleep(10)  # the pool refills to the size the first burst asked for
+    rows.append(("create -> first exec, 50 back to back (`code-interpreter`)", burst(50)))
+
+    probe = Sandbox.create(template="code-interpreter")
+    for _ in range(3):
+        probe.exec("true")
+    rows.append(("exec `true`", [timed(lambda: probe.exec("true")) for _ in range(50)]))
+    ctx0 = probe.create_code_context()
+    ctx0.run_code("1")
+    rows.append(("run_code(\"1\")", [timed(lambda: ctx0.run_code("1")) for _ in range(50)]))
+    probe.kill()
+
+    warm = Sandbox.create(template="code-interpreter", ttl_seconds=3600)
+    results: Dict[str, List[float]] = {}
+    add = lambda k, v: results.setdefault(k, []).append(v)  # noqa: E731
+    floor = None
     try:
         ctx = warm.create_code_context()
         ctx.run_code("import pandas as pd, numpy as np; df = pd.DataFrame({'a': np.arange(100000)})")
-        for _ in range(args.runs):
-            add("pause", timed(warm.pause))
-            add("resume", timed(warm.resume))
+        print("bench: lifecycle", file=sys.stderr)
+        for i in range(a.runs):
             snap: List[str] = []
             add("snapshot", timed(lambda: snap.append(warm.snapshot())))
 
             def restore() -> None:
                 sb = Sandbox.create(from_snapshot=snap[0])
                 made.append(sb)
-                sb.create_code_context().run_code("len(df)")
+                assert sb.create_code_context().run_code("len(df)").text == "100000"
 
-            add("restore -> first run_code", timed(restore))
-            add("fork", timed(lambda: made.append(warm.fork())))
-            add("fork_tree(3)", timed(lambda: made.extend(warm.fork_tree(3))))
-            add("hibernate", timed(warm.hibernate))
-            add("wake -> first exec", timed(lambda: warm.exec("true")))
+            add("from_snapshot -> first run_code", timed(restore))
+            client.snapshots.delete(snap[0])
+
+            stalls: List[float] = []
+            stop = threading.Event()
+
+            def ping() -> None:
+                while not stop.is_set():
+                    stalls.append(timed(lambda: warm.exec("true")))
+
+            pinger = threading.Thread(target=ping)
+            pinger.start()
+            time.sleep(0.05)
+
+            def fork() -> None:
+                child = warm.fork()
+                made.append(child)
+                assert child.create_code_context().run_code("len(df)").text == "100000"
+
+            add("fork -> child answers", timed(fork))
+            stop.set()
+            pinger.join()
+            add("parent's longest stall during a fork", max(stalls))
+
+            def tree(n: int) -> None:
+                kids = warm.fork_tree(n)
+                made.extend(kids)
+                for k in kids:
+                    assert k.create_code_context().run_code("len(df)").text == "100000"
+
+            add("fork_tree(3), all answering", timed(lambda: tree(3)))
+            if i % 3 == 0:
+                add("fork_tree(8), all answering", timed(lambda: tree(8)))
             for sb in made:
                 sb.kill()
             made.clear()
-            warm._client.snapshots.delete(snap[0])
+            add("hibernate", timed(warm.hibernate))
+            add("wake -> first exec", timed(lambda: warm.exec("true")))
+        print("bench: runsc floor", file=sys.stderr)
+        iid, idir = instance_of(data_dir, warm.id)
+        floor = Floor(data_dir, idir)
+        image = floor.work / "image"
+        for _ in range(a.runs):
+            shutil.rmtree(image, ignore_errors=True)
+            add("floor: runsc checkpoint --leave-running", floor.checkpoint(iid, image))
+        for _ in range(a.runs):
+            add("floor: runsc restore into a new container", floor.restore(image, precreate=False))
+            add("floor: runsc restore onto a created container", floor.restore(image, precreate=True))
     finally:
         for sb in made:
             try:
                 sb.kill()
-            except Exception:  # noqa: BLE001 - best-effort cleanup
+            except Exception:  # noqa: BLE001
                 pass
         warm.kill()
-    print(f"\n| operation | runs | P50 (ms) | P99 (ms) |\n|---|---:|---:|---:|")
-    for name, xs in results.items():
-        print(f"| {name} | {len(xs)} | {percentile(xs, 50):.1f} | {percentile(xs, 99):.1f} |")
+        if floor:
+            floor.close()
+
+    p50 = lambda k: percentile(results[k], 50)  # noqa: E731
+    ckpt, pre = p50("floor: runsc checkpoint --leave-running"), p50("floor: runsc restore onto a created container")
+    floors = {
+        "snapshot": ckpt,
+        "from_snapshot -> first run_code": pre,
+        "fork -> child answers": ckpt + pre,
+        "parent's longest stall during a fork": ckpt,
+        "fork_tree(3), all answering": ckpt + pre,
+        "fork_tree(8), all answering": ckpt + pre,
+        "wake -> first exec": pre,
+    }
+    life = [(k, v, f"{p50(k) / floors[k]:.2f}x" if k in floors else "") for k, v in results.items()]
+
+    density_rows: List[tuple] = []
+    notes: List[str] = []
+    if a.density:
+        print("bench: density", file=sys.stderr)
+        time.sleep(5)
+        before = mem_available()
+        idle: List[Sandbox] = []
+        try:
+            while len(idle) < a.density and mem_available() > 4 << 30:
+                idle.append(Sandbox.create(template="code-interpreter", ttl_seconds=3600))
+            time.sleep(10)
+            after = mem_available()
+            per = (before - after) / len(idle)
+            density_rows.append((f"exec `true` with {len(idle)} idle sandboxes", [timed(lambda s=s: s.exec("true")) for s in idle]))
+            key = os.environ["PANDASTACK_API_KEY"]
+            import requests
+
+            def cpu() -> int:
+                total = 0
+                for s in idle:
+                    m = requests.get(f"{os.environ['PANDASTACK_API']}/v1/sandboxes/{s.id}/metrics",
+                                     headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
+                    total += int(m.get("cpu_ns", 0))
+                return total
+
+            c0, t0 = cpu(), time.perf_counter()
+            time.sleep(20)
+            c1, t1 = cpu(), time.perf_counter()
+            idle_pct = (c1 - c0) / 1e9 / (t1 - t0) / len(idle) * 100
+            notes.append(f"density: {len(idle)} idle `code-interpreter` sandboxes, host memory "
+                         f"{per / 2**20:.0f} MiB each (MemAvailable drop / N), idle CPU {idle_pct:.3f} % of a core each")
+        finally:
+            for s in idle:
+                try:
+                    s.kill()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    print(f"\nPandaStack lifecycle through the Python SDK, {os.environ.get('PANDASTACK_API')}\n")
+    print(table(rows))
+    print()
+    print(table(life, extra=["P50 / floor"]))
+    if density_rows:
+        print()
+        print(table(density_rows))
+    for n in notes:
+        print(f"\n{n}")
+    print("\nfloor: fork = checkpoint + restore onto a created container; snapshot = checkpoint; "
+          "from_snapshot and wake = restore onto a created container.")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import http.server
-import math
 import os
 import re
 import shutil
@@ -33,10 +32,8 @@ import time
 from pathlib import Path
 from typing import List
 
-
-def percentile(samples: List[float], p: float) -> float:
-    ordered = sorted(samples)
-    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
+sys.path.insert(0, str(Path(__file__).parent))
+from benchlib import percentile  # noqa: E402
 
 
 def free_port() -> int:

@@ -1,0 +1,83 @@
+"""Shared pieces of the benchmark scripts: percentiles, timing, markdown tables, and the raw
+guest channel (the frames of crates/guest-protocol) for measuring runsc without the server."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import struct
+import time
+from typing import Callable, Iterable, List, Sequence, Tuple
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (P99 of fewer than 100 samples is the largest)."""
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Milliseconds `fn()` took."""
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000
+
+
+def table(rows: Iterable[Tuple[str, Sequence[float]]], extra: Sequence[str] = ()) -> str:
+    """A markdown table of `(name, samples)` with runs, P50 and P99 in ms, plus the columns in
+    `extra` given per row as a trailing element (`(name, samples, *cells)`)."""
+    head = "| operation | runs | P50 (ms) | P99 (ms) |" + "".join(f" {e} |" for e in extra)
+    sep = "|---|---:|---:|---:|" + "---:|" * len(extra)
+    lines = [head, sep]
+    for row in rows:
+        name, samples, *cells = row
+        lines.append(
+            f"| {name} | {len(samples)} | {percentile(samples, 50):.1f} | {percentile(samples, 99):.1f} |"
+            + "".join(f" {c} |" for c in cells)
+        )
+    return "\n".join(lines)
+
+
+class GuestChannel:
+    """The host end of a guest daemon's stdio socket pair, speaking just enough of the guest
+    protocol (frames `[u32 header][u32 body][JSON][bytes]`, big-endian) to handshake and run a
+    command."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.next_id = 1
+
+    def _send(self, msg: dict) -> None:
+        h = json.dumps(msg).encode()
+        self.sock.sendall(struct.pack(">II", len(h), 0) + h)
+
+    def _read(self, n: int) -> bytes:
+        b = b""
+        while len(b) < n:
+            chunk = self.sock.recv(n - len(b))
+            if not chunk:
+                raise EOFError("guest channel closed")
+            b += chunk
+        return b
+
+    def _recv(self) -> Tuple[dict, bytes]:
+        hl, bl = struct.unpack(">II", self._read(8))
+        return json.loads(self._read(hl)), self._read(bl)
+
+    def hello(self, version: int = 1) -> dict:
+        self._send({"type": "hello", "id": self.next_id, "version": version})
+        self.next_id += 1
+        return self._recv()[0]
+
+    def exec(self, cmd: str) -> List[dict]:
+        rid = self.next_id
+        self.next_id += 1
+        self._send({"type": "exec", "id": rid, "cmd": cmd})
+        out = []
+        while True:
+            m, _ = self._recv()
+            out.append(m)
+            if m.get("type") in ("exited", "error"):
+                return out
