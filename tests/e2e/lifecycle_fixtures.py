@@ -269,11 +269,13 @@ class SecondServer:
 
 
 def _copy_current_template(src_templates: Path, dst_templates: Path, name: str) -> None:
+    """The current build of template `name`, hard-linked (a build is never changed in place:
+    a re-bake writes a new build dir), so a second server costs no disk."""
     src = src_templates.resolve() / name
     current = (src / "current").read_text().strip()
     dst = dst_templates / name
     dst.mkdir(parents=True)
-    shutil.copytree(src / current, dst / current, symlinks=True)
+    subprocess.run(["cp", "-al", str(src / current), str(dst / current)], check=True, timeout=300)
     shutil.copy2(src / "current", dst / "current")
 
 

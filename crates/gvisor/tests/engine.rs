@@ -387,3 +387,131 @@ async fn networked_instances_get_their_own_address_and_policy() {
         .status();
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Restore targets: a container made in advance takes a restore (under the policy of the
+/// restore's spec, not the target's), reports its own instance id and directory, and a
+/// shutdown destroys the targets not used.
+#[tokio::test(flavor = "multi_thread")]
+async fn restores_land_on_containers_made_in_advance() {
+    let Some((rootfs, guest_dir, shim)) = prerequisites() else {
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("pandastack-target-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let tag = format!("{:06x}", (std::process::id() + 7) % 0xff_ffff);
+    let engine = GvisorEngine::new(GvisorConfig {
+        runsc: "runsc".into(),
+        state_root: work.join("runsc"),
+        platform: "ptrace".into(),
+        shim_command: vec![shim.display().to_string(), "shim".into()],
+        network: Some(pandastack_gvisor::net::NetConfig {
+            data_dir: work.clone(),
+            tag: tag.clone(),
+            cidr: None,
+            stock: 0,
+        }),
+        instances_dir: work.join("instances"),
+    })
+    .unwrap();
+    engine.recover(&[]).await.expect("network recovery");
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let spec = |n: u8, policy: pandastack_engine::NetworkPolicy| {
+        let mut bytes = [n; 16];
+        bytes[..12].copy_from_slice(&(nonce ^ u128::from(std::process::id())).to_be_bytes()[4..]);
+        let id = instance_id_from(bytes);
+        SandboxSpec {
+            dir: work.join(&id),
+            instance_id: id,
+            rootfs: rootfs.clone(),
+            guest_dir: guest_dir.clone(),
+            cpu: 1,
+            memory_mb: 256,
+            hostname: "sandbox".into(),
+            network: Some(policy),
+        }
+    };
+    let open = pandastack_engine::NetworkPolicy::open();
+    let a = spec(1, open.clone());
+    let inst = engine.boot(&a).await.expect("boot");
+    exec_stdout(
+        &inst.guest_socket,
+        "sh -c 'echo made-before > /root/marker'",
+    );
+    let image = work.join("image");
+    engine
+        .checkpoint(&a.instance_id, &image, true)
+        .await
+        .expect("checkpoint");
+
+    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while engine.targets_held() < 1
+        || names_with(&work.join("instances").display().to_string(), "ps-")
+            .iter()
+            .all(|d| !work.join("instances").join(d).join("created").exists())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no restore target was made"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let closed = pandastack_engine::NetworkPolicy {
+        internet: false,
+        allow_out: vec![],
+        deny_out: vec![],
+    };
+    let b = spec(2, closed.clone());
+    let restored = engine
+        .restore(&b, &image)
+        .await
+        .expect("restore onto a target");
+    assert_ne!(
+        restored.instance_id, b.instance_id,
+        "the restore did not use the target"
+    );
+    assert!(
+        restored.dir.starts_with(work.join("instances")),
+        "{:?}",
+        restored.dir
+    );
+    assert_eq!(
+        exec_stdout(&restored.guest_socket, "cat /root/marker").0,
+        "made-before\n"
+    );
+    let net: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(restored.dir.join("net.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        net["policy"]["internet"], false,
+        "the restore's policy was not applied: {net}"
+    );
+
+    for (id, dir) in [
+        (&a.instance_id, &a.dir),
+        (&restored.instance_id, &restored.dir),
+    ] {
+        engine.destroy(id, dir).await.expect("destroy");
+    }
+    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
+    engine.shutdown(false).await;
+    assert_eq!(engine.targets_held(), 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !engine.list().await.unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "containers left: {:?}",
+            engine.list().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        names_with("/run/netns", &format!("ps-{tag}-")),
+        Vec::<String>::new()
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
