@@ -463,13 +463,15 @@ def test_kill_9_during_fork_tree_leaves_nothing_and_start_up_collects_stray_imag
 
     from helpers import steady_host
 
+    from net_fixtures import server_tag
+
     parent = Sandbox.create(template="base")
     assert parent.exec("echo parent > /workspace/p.txt").exit_code == 0
-    pool = server.pool_size() * server.template_count()
-    steady_host(server.data_dir, pool)
+    steady_host(server)
 
-    # Killed while the children are being restored from the parent's capture.
-    watch = _ProcessWatch("restore", f"{server.data_dir}/forks/tree-")
+    # Killed while the children are being restored from the parent's capture (in the data dir
+    # or, when it fits, in the server's RAM scratch dir).
+    watch = _ProcessWatch("restore", "/forks/tree-")
     call = _in_background(lambda: parent.fork_tree(3))
     watch.wait()
     server.kill9()
@@ -484,10 +486,12 @@ def test_kill_9_during_fork_tree_leaves_nothing_and_start_up_collects_stray_imag
     # runs on, and the host holds exactly the parent and the warm pool.
     assert {s.id for s in Sandbox.list()} == {parent.id}
     assert parent.exec("cat /workspace/p.txt").stdout == "parent\n"
-    ids, stale_dirs = steady_host(server.data_dir, pool)
+    ids, stale_dirs = steady_host(server)
     assert ids == {parent.id} and not stale_dirs, (ids, stale_dirs)
     left = _image_leftovers(server.data_dir)
     assert left["forks"] == [] and left["hibernate"] == [], left
+    scratch = Path(f"/dev/shm/pandastack-{server_tag(server.data_dir)}/forks")
+    assert not scratch.exists() or list(scratch.iterdir()) == [], list(scratch.iterdir())
     assert not any(n.endswith(".partial") for n in left["snapshots"]), left
     assert set(left["snapshots"]) <= _stored_snapshot_dirs(server.data_dir), left
 

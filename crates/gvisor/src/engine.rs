@@ -6,8 +6,8 @@ use crate::targets::{Target, Targets};
 use crate::{cgroup, checkpoint, config, runsc::Runsc};
 use async_trait::async_trait;
 use pandastack_engine::{
-    instance_id_from, CheckpointOutcome, Engine, EngineError, Instance, InstanceId,
-    InstanceStats, InstanceStatus, NetworkPolicy, SandboxSpec, TargetClass,
+    instance_id_from, CheckpointOutcome, Engine, EngineError, Instance, InstanceId, InstanceStats,
+    InstanceStatus, NetworkPolicy, SandboxSpec, TargetClass,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
