@@ -69,10 +69,15 @@ class Floor:
             return None
         cmds = [
             ["ip", "netns", "add", name],
+            ["ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+             "net.ipv6.conf.default.disable_ipv6=1"],
             ["ip", "-n", name, "link", "set", "lo", "up"],
-            ["ip", "-n", name, "link", "add", "eth0", "type", "dummy"],
+            # The sandbox side of the server's layout: eth0 with the fixed address, its peer
+            # address-less (gVisor takes over only interfaces that have an address).
+            ["ip", "-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", "gw0"],
             ["ip", "-n", name, "addr", "add", "10.0.2.100/24", "dev", "eth0"],
             ["ip", "-n", name, "link", "set", "eth0", "up"],
+            ["ip", "-n", name, "link", "set", "gw0", "up"],
             ["ip", "-n", name, "route", "add", "default", "via", "10.0.2.2", "dev", "eth0"],
         ]
         for c in cmds:
