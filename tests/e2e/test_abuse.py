@@ -591,3 +591,148 @@ def test_kernel_results_cannot_be_forged_by_a_cell_or_another_process(api):
     for i in range(1, 5):
         ex = ctx.run_code(f"import time; time.sleep(0.3); 'honest {i}'")
         assert (ex.error, ex.text) == (None, f"'honest {i}'"), f"run {i} returned {ex.text!r}"
+
+
+# --- 6: capacity: host admission (503), workspace quotas and rate limits (429), disk reserve (507) ---
+
+
+class LimitedServer:
+    """A server of this file on its own data dir (a copy of the baked `base` template), restarted
+    with the flags a test needs; sandboxes survive the restarts, as they do a deploy."""
+
+    def __init__(self, main) -> None:
+        from lifecycle_fixtures import SecondServer, _copy_current_template, scrub_data_dir
+
+        self.data_dir = main.data_dir.parent / f"abuse-server-{__import__('os').getpid()}"
+        scrub_data_dir(self.data_dir)
+        (self.data_dir / "templates").mkdir(parents=True)
+        _copy_current_template(main.data_dir / "templates", self.data_dir / "templates", "base")
+        self.srv = SecondServer(main.binary, self.data_dir, main.log.parent / "server-abuse-limited.log", [])
+
+    def restart(self, *flags: str):
+        self.srv.stop()
+        self.srv.extra_args = ["--pool-size", "0", *flags]
+        self.srv.start()
+        return self.srv.client()
+
+    @property
+    def url(self) -> str:
+        return self.srv.url
+
+    def key(self) -> str:
+        return self.srv.admin_key()
+
+    def sweep(self) -> None:
+        import sweep
+
+        if self.srv.proc is not None and self.srv.proc.poll() is None:
+            sweep.sweep(self.srv.url, [self.key()])
+
+
+@pytest.fixture(scope="module")
+def limited(server):
+    srv = LimitedServer(server)
+    try:
+        yield srv
+    finally:
+        srv.srv.teardown()
+
+
+@pytest.fixture
+def limited_clean(limited):
+    yield limited
+    limited.sweep()
+
+
+def test_a_full_host_answers_503_with_retry_after_and_the_sdk_retries_the_create(limited_clean):
+    from pandastack import Sandbox
+
+    client = limited_clean.restart("--max-sandboxes", "3")
+    s = raw_session(limited_clean.key())
+
+    def create(_):
+        return s.post(f"{limited_clean.url}/v1/sandboxes", json={"template": "base"}, timeout=120)
+
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(create, range(8)))
+    codes = sorted(r.status_code for r in replies)
+    assert codes.count(201) == 3 and codes.count(503) == 5, codes
+    for r in replies:
+        if r.status_code == 503:
+            assert int(r.headers["Retry-After"]) >= 1, r.headers
+            assert "host at capacity" in r.json()["error"], r.text
+    made = [r.json()["id"] for r in replies if r.status_code == 201]
+    assert all(client.sandboxes.get(i).exec("echo ok").stdout == "ok\n" for i in made)
+
+    # The Python SDK retries a create refused with 503 + Retry-After: room made while it waits
+    # is taken.
+    from pandastack import Client
+
+    waiting = Client(api_url=limited_clean.url, api_key=limited_clean.key(), max_create_retry_seconds=60)
+    with ThreadPoolExecutor(1) as pool:
+        later = pool.submit(waiting.sandboxes.create, template="base")
+        time.sleep(2)
+        client.sandboxes.delete(made[0])
+        sb = later.result(timeout=90)
+    assert sb.exec("echo admitted").stdout == "admitted\n"
+
+    # The memory budget: 0.03 x this host's memory is room for two 512 MiB sandboxes at most.
+    client = limited_clean.restart("--memory-overcommit", "0.03")
+    for i in made[1:] + [sb.id]:
+        client.sandboxes.delete(i)
+    wait_until(lambda: not client.sandboxes.list(), timeout=30, what="the sandboxes to go")
+    total_mib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) // 1024
+    room = int(total_mib * 0.03) // 512
+    for _ in range(room):
+        assert create(0).status_code == 201
+    r = create(0)
+    assert r.status_code == 503 and "MiB" in r.json()["error"] and r.headers.get("Retry-After"), r.text
+
+
+def test_workspace_quotas_answer_429_naming_the_quota(limited_clean):
+    client = limited_clean.restart("--workspace-max-sandboxes", "2", "--workspace-max-snapshot-gb", "0.000001")
+    s = raw_session(limited_clean.key())
+    first = client.sandboxes.create(template="base")
+    client.sandboxes.create(template="base")
+    r = s.post(f"{limited_clean.url}/v1/sandboxes", json={"template": "base"}, timeout=60)
+    assert r.status_code == 429 and "Retry-After" not in r.headers, (r.status_code, r.headers)
+    assert "workspace quota" in r.json()["error"] and "2 sandboxes" in r.json()["error"], r.text
+    r = s.post(f"{limited_clean.url}/v1/sandboxes/{first.id}/fork", timeout=60)
+    assert r.status_code == 429 and "workspace quota" in r.json()["error"], r.text
+    # Snapshots: the first one fits (nothing was kept), the next is past the byte quota.
+    assert s.post(f"{limited_clean.url}/v1/sandboxes/{first.id}/snapshots", timeout=120).status_code == 201
+    r = s.post(f"{limited_clean.url}/v1/sandboxes/{first.id}/snapshots", timeout=120)
+    assert r.status_code == 429 and "snapshots hold" in r.json()["error"], r.text
+    for snap in s.get(f"{limited_clean.url}/v1/snapshots", timeout=30).json()["snapshots"]:
+        s.delete(f"{limited_clean.url}/v1/snapshots/{snap['id']}", timeout=30)
+
+
+def test_requests_past_the_workspace_rate_limit_answer_429_with_retry_after(limited_clean):
+    limited_clean.restart("--rate-limit", "5")
+    s = raw_session(limited_clean.key())
+    replies = [s.get(f"{limited_clean.url}/v1/sandboxes", timeout=30) for _ in range(40)]
+    limited = [r for r in replies if r.status_code == 429]
+    assert limited and all(r.status_code in (200, 429) for r in replies), [r.status_code for r in replies]
+    wait = int(limited[0].headers["Retry-After"])
+    assert wait >= 1 and "rate limit" in limited[0].json()["error"]
+    time.sleep(wait)
+    assert s.get(f"{limited_clean.url}/v1/sandboxes", timeout=30).status_code == 200
+
+
+def test_low_host_disk_refuses_creates_forks_snapshots_and_hibernations_with_507(limited_clean):
+    client = limited_clean.restart()
+    sb = client.sandboxes.create(template="base")
+    # Nothing is written to fill the disk: the reserve is raised above what is free.
+    client = limited_clean.restart("--disk-reserve-percent", "99.9", "--disk-reserve-max-gb", "100000")
+    s = raw_session(limited_clean.key())
+    base = f"{limited_clean.url}/v1/sandboxes"
+    for method, path, body in [
+        ("POST", "", {"template": "base"}),
+        ("POST", f"/{sb.id}/fork", None),
+        ("POST", f"/{sb.id}/snapshots", None),
+        ("POST", f"/{sb.id}/hibernate", None),
+    ]:
+        r = s.request(method, base + path, json=body, timeout=60)
+        assert r.status_code == 507 and "host storage low" in r.json()["error"], (path, r.status_code, r.text)
+    again = client.sandboxes.get(sb.id)
+    assert again.status == "running" and again.exec("echo fine").stdout == "fine\n"

@@ -99,6 +99,38 @@ struct ServerArgs {
     /// Previews need no preview token (anyone who can reach the server can open them).
     #[arg(long, env = "PANDASTACK_PUBLIC_PREVIEWS")]
     public_previews: bool,
+    /// Sandboxes holding memory at once on this host; past it creates answer 503.
+    #[arg(long, env = "PANDASTACK_MAX_SANDBOXES", default_value_t = 100)]
+    max_sandboxes: usize,
+    /// The memory limits of running sandboxes may add up to this many times the host's
+    /// memory (idle sandboxes use a small part of theirs); past it creates answer 503.
+    #[arg(long, env = "PANDASTACK_MEMORY_OVERCOMMIT", default_value_t = 2.0)]
+    memory_overcommit: f64,
+    /// Sandboxes one workspace may keep; past it creates answer 429.
+    #[arg(
+        long,
+        env = "PANDASTACK_WORKSPACE_MAX_SANDBOXES",
+        default_value_t = 100
+    )]
+    workspace_max_sandboxes: usize,
+    /// GiB of snapshots one workspace may keep; past it snapshots answer 429.
+    #[arg(
+        long,
+        env = "PANDASTACK_WORKSPACE_MAX_SNAPSHOT_GB",
+        default_value_t = 50.0
+    )]
+    workspace_max_snapshot_gb: f64,
+    /// Percent of the data dir's filesystem kept free; below it creates, forks, snapshots
+    /// and hibernations answer 507.
+    #[arg(long, env = "PANDASTACK_DISK_RESERVE_PERCENT", default_value_t = 10.0)]
+    disk_reserve_percent: f64,
+    /// The disk reserve is at most this many GiB (a percentage of a large disk keeps back far
+    /// more than the store and logs need).
+    #[arg(long, env = "PANDASTACK_DISK_RESERVE_MAX_GB", default_value_t = 4.0)]
+    disk_reserve_max_gb: f64,
+    /// API requests per second per workspace, bursts of twice that; past it 429 (0: no limit).
+    #[arg(long, env = "PANDASTACK_RATE_LIMIT", default_value_t = pandastack_server::ratelimit::DEFAULT_REQUESTS_PER_SECOND)]
+    rate_limit: u32,
 }
 
 #[derive(Args)]
@@ -209,6 +241,15 @@ fn main() -> Result<()> {
                     netns_stock: a.netns_stock,
                     preview_host_suffix: a.preview_host_suffix,
                     public_previews: a.public_previews,
+                },
+                capacity: pandastack_server::CapacitySettings {
+                    max_sandboxes: a.max_sandboxes,
+                    memory_overcommit: a.memory_overcommit,
+                    workspace_max_sandboxes: a.workspace_max_sandboxes,
+                    workspace_max_snapshot_gb: a.workspace_max_snapshot_gb,
+                    disk_reserve_percent: a.disk_reserve_percent,
+                    disk_reserve_max_gb: a.disk_reserve_max_gb,
+                    requests_per_second: a.rate_limit,
                 },
             };
             let rt = tokio::runtime::Runtime::new()?;

@@ -120,8 +120,11 @@ pub fn from_headers(store: &Store, headers: &axum::http::HeaderMap) -> Result<Ca
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
+    /// Authenticates the request and takes it from the workspace's rate limit.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        from_headers(&state.host.store, &parts.headers)
+        let caller = from_headers(&state.host.store, &parts.headers)?;
+        state.rate_limit.check(&caller.workspace_id)?;
+        Ok(caller)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod guest;
 pub mod host;
 pub mod metrics;
 pub mod previews;
+pub mod ratelimit;
 pub mod state;
 
 use axum::Router;
@@ -38,6 +39,8 @@ pub struct AppState {
     pub mcp: api::mcp::Endpoint,
     /// How port previews are served and authenticated.
     pub previews: Arc<previews::Previews>,
+    /// Requests per second per workspace (issue 8).
+    pub rate_limit: Arc<ratelimit::WorkspaceRateLimit>,
 }
 
 /// The whole HTTP application; tests call it directly.
@@ -100,6 +103,58 @@ pub struct ServerConfig {
     pub public_metrics: bool,
     /// Sandbox networking.
     pub network: NetworkSettings,
+    /// Capacity and quotas (issue 8).
+    pub capacity: CapacitySettings,
+}
+
+/// Capacity settings of `pandastack server` (issue 8; README "Limits").
+#[derive(Debug, Clone)]
+pub struct CapacitySettings {
+    /// `--max-sandboxes`: instances holding memory at once on this host.
+    pub max_sandboxes: usize,
+    /// `--memory-overcommit`: the memory limits of running sandboxes may add up to this many
+    /// times the host's memory (idle sandboxes use a small part of their limit).
+    pub memory_overcommit: f64,
+    /// `--workspace-max-sandboxes`.
+    pub workspace_max_sandboxes: usize,
+    /// `--workspace-max-snapshot-gb`.
+    pub workspace_max_snapshot_gb: f64,
+    /// `--disk-reserve-percent`: share of the data dir's filesystem kept free...
+    pub disk_reserve_percent: f64,
+    /// `--disk-reserve-max-gb`: ...at most this much.
+    pub disk_reserve_max_gb: f64,
+    /// `--rate-limit`: requests per second per workspace (bursts of twice that); 0: none.
+    pub requests_per_second: u32,
+}
+
+impl CapacitySettings {
+    /// The host's limits: the memory budget is `memory_overcommit` × this host's memory.
+    ///
+    /// # Errors
+    /// [`StartError::Config`] for a value out of range or an unreadable `/proc/meminfo`.
+    fn limits(&self) -> Result<host::Limits, StartError> {
+        let overcommit_ok = self.memory_overcommit.is_finite() && self.memory_overcommit > 0.0;
+        if !overcommit_ok || !(0.0..100.0).contains(&self.disk_reserve_percent) {
+            return Err(StartError::Config(
+                "--memory-overcommit must be > 0 and --disk-reserve-percent in [0, 100)".into(),
+            ));
+        }
+        let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+        let total_kib: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| StartError::Config("no MemTotal in /proc/meminfo".into()))?;
+        Ok(host::Limits {
+            max_sandboxes: self.max_sandboxes,
+            max_memory_mb: ((total_kib / 1024) as f64 * self.memory_overcommit) as u64,
+            workspace_max_sandboxes: self.workspace_max_sandboxes,
+            workspace_max_snapshot_bytes: (self.workspace_max_snapshot_gb * (1u64 << 30) as f64)
+                as u64,
+            disk_reserve_percent: self.disk_reserve_percent,
+            disk_reserve_max_bytes: (self.disk_reserve_max_gb * (1u64 << 30) as f64) as u64,
+        })
+    }
 }
 
 /// Sandbox networking settings of `pandastack server` (issue 7).
@@ -190,6 +245,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             network: cfg.network.enabled.then_some(NetworkDefaults {
                 internet: cfg.network.internet_default,
             }),
+            limits: cfg.capacity.limits()?,
         },
     );
     host.recover()
@@ -211,6 +267,9 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
                 host: host.clone(),
                 mcp,
                 previews,
+                rate_limit: Arc::new(ratelimit::WorkspaceRateLimit::new(
+                    cfg.capacity.requests_per_second,
+                )),
             }),
         )
         .tcp_nodelay(true)

@@ -252,6 +252,19 @@ impl Store {
             .optional()?)
     }
 
+    /// Bytes held by a workspace's snapshots.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`].
+    pub fn snapshot_bytes(&self, workspace_id: &str) -> Result<u64, StoreError> {
+        let total: i64 = self.conn().query_row(
+            "SELECT COALESCE(SUM(size_bytes), 0) FROM snapshots WHERE workspace_id = ?1",
+            params![workspace_id],
+            |r| r.get(0),
+        )?;
+        Ok(total.max(0) as u64)
+    }
+
     /// Deletes a snapshot row.
     ///
     /// # Errors

@@ -127,11 +127,16 @@ impl Host {
     /// Creates and boots a sandbox from a template (cold boot).
     ///
     /// # Errors
-    /// 400 for an unknown template; 500 when the boot fails (the row is left `failed` and
-    /// everything started is destroyed).
+    /// 400 for an unknown template; 429 at the workspace's sandbox quota; 503 with
+    /// `Retry-After` when the host is full; 507 when its disk is low (admission.rs); 500 when
+    /// the boot fails (the row is left `failed` and everything started is destroyed).
     pub async fn create(self: &Arc<Self>, spec: CreateSpec) -> Result<Arc<Live>, ApiError> {
         let started = Instant::now();
         let tpl = self.template(&spec.template)?;
+        self.check_disk_reserve("create", 0)?;
+        let _admitted = self
+            .admit(&spec.workspace_id, tpl.memory_mb, 1, true)
+            .await?;
         if let Some(result) = self.create_from_template_image(&spec, &tpl, started).await {
             return result;
         }

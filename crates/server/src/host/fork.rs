@@ -23,6 +23,7 @@ impl Host {
     ///
     /// # Errors
     /// 400 for a count of 0 or over [`MAX_FORK_COUNT`]; 409 unless the parent is running;
+    /// capacity errors as [`Host::create`] (for all `count` children at once);
     /// 500 when a restore fails (children already made are destroyed: all or nothing).
     pub async fn fork(
         &self,
@@ -35,6 +36,12 @@ impl Host {
                 "count must be between 1 and {MAX_FORK_COUNT}, got {count}"
             )));
         }
+        let (workspace, memory_mb) = {
+            let r = parent.row.lock().await;
+            (r.workspace_id.clone(), r.memory_mb)
+        };
+        self.check_disk_reserve("fork", u64::from(memory_mb) << 20)?;
+        let _admitted = self.admit(&workspace, memory_mb, count, true).await?;
         let tree_id = format!("tree-{}", uuid::Uuid::new_v4().simple());
         let image = self.fork_image_dir(parent, &tree_id).await;
         // Crash-safe (operations.rs): a fork interrupted by a crash is undone whole.

@@ -26,9 +26,12 @@ impl Host {
     /// Hibernates a running or paused sandbox.
     ///
     /// # Errors
-    /// 409 unless running or paused; 500 when the checkpoint fails (the sandbox then keeps
-    /// running, or is marked failed if the engine lost it).
+    /// 409 unless running or paused; 507 when the host's disk is low (it keeps running); 500
+    /// when the checkpoint fails (the sandbox then keeps running, or is marked failed if the
+    /// engine lost it).
     pub async fn hibernate(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
+        let memory_mb = live.row.lock().await.memory_mb;
+        self.check_disk_reserve("hibernate", u64::from(memory_mb) << 20)?;
         let _gate = live.gate.write().await;
         let iid = self
             .running_instance(live, SandboxState::Hibernated)
@@ -79,7 +82,8 @@ impl Host {
     /// Wakes a hibernated sandbox (no-op when it is already awake).
     ///
     /// # Errors
-    /// 500 when the restore fails; the sandbox is then marked failed.
+    /// 503 with `Retry-After` when the host is full (it stays hibernated); 500 when the
+    /// restore fails; the sandbox is then marked failed.
     pub async fn wake(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
         let _gate = live.gate.write().await;
         let image = {
@@ -96,6 +100,8 @@ impl Host {
         };
         let image =
             image.ok_or_else(|| ApiError::internal("wake", "hibernated sandbox has no image"))?;
+        let memory_mb = live.row.lock().await.memory_mb;
+        let _admitted = self.admit(&live.workspace_id, memory_mb, 1, false).await?;
         match self.start_instance(live, Some(&image)).await {
             Ok(conn) => {
                 live.set_conn(conn).await;

@@ -2,6 +2,7 @@
 //! engine instances, keeps each sandbox's guest connection, records every state change (store
 //! row + event), and runs the background sweepers (TTL).
 
+mod admission;
 mod create;
 mod fork;
 mod guest_dir;
@@ -19,6 +20,7 @@ mod snapshot;
 mod sweeper;
 mod template_image;
 
+pub use admission::{Admitted, Limits};
 pub use create::CreateSpec;
 pub use fork::{Promotion, MAX_FORK_COUNT};
 pub use guest_dir::install_guest_dir;
@@ -60,6 +62,8 @@ pub struct HostConfig {
     pub public_metrics: bool,
     /// Sandbox networking (issue 7); `None`: sandboxes get loopback only.
     pub network: Option<NetworkDefaults>,
+    /// Capacity of this host and workspace quotas (issue 8).
+    pub limits: Limits,
 }
 
 /// Server-wide defaults of sandbox networking.
@@ -95,6 +99,8 @@ pub struct Host {
     pub events: broadcast::Sender<EventRow>,
     /// Teardowns running in the background (a graceful stop waits for them).
     teardowns: tokio_util::task::TaskTracker,
+    /// Starts admitted and not yet finished (admission.rs).
+    reserved: Arc<admission::Reserved>,
 }
 
 impl Host {
@@ -116,6 +122,7 @@ impl Host {
             building: Mutex::default(),
             events,
             teardowns: tokio_util::task::TaskTracker::new(),
+            reserved: Arc::default(),
         })
     }
 

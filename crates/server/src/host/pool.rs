@@ -88,6 +88,17 @@ impl Pool {
 }
 
 impl Host {
+    /// Pooled instances and the memory they commit, MiB (admission.rs counts them).
+    pub(super) fn pool_commitment(&self) -> (usize, u64) {
+        let pools = self.pool.lock();
+        pools
+            .values()
+            .flat_map(|t| t.ready.iter())
+            .fold((0, 0), |(n, mb), p| {
+                (n + 1, mb + super::admission::committed_mb(p.spec.memory_mb))
+            })
+    }
+
     /// Claims a pooled instance of `tpl` for a new sandbox, if one is ready.
     pub(super) async fn create_from_pool(
         self: &Arc<Self>,
@@ -231,6 +242,11 @@ impl Host {
     /// Restores one instance of `tpl`'s template image for the pool.
     async fn restore_for_pool(&self, tpl: &TemplateInfo) -> Option<Pooled> {
         let image = self.ready_template_image(tpl)?;
+        // The pool never takes the host's last room from creates (admission.rs).
+        if !self.has_room_for(tpl.memory_mb).await {
+            debug!(template = %tpl.name, "host at capacity: pool not refilled");
+            return None;
+        }
         let mut spec = self.instance_spec(
             &tpl.rootfs.display().to_string(),
             &self.cfg.guest_dir.display().to_string(),

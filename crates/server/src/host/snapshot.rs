@@ -81,8 +81,16 @@ impl Host {
     /// Takes a snapshot of a running sandbox; it keeps running.
     ///
     /// # Errors
-    /// 409 unless running; 500 when the checkpoint fails (nothing is left on disk).
+    /// 409 unless running; 429 at the workspace's snapshot quota; 507 when the host's disk is
+    /// low; 500 when the checkpoint fails (nothing is left on disk).
     pub async fn snapshot(&self, live: &Arc<Live>) -> Result<SnapshotRow, ApiError> {
+        let (workspace, memory_mb) = {
+            let r = live.row.lock().await;
+            (r.workspace_id.clone(), r.memory_mb)
+        };
+        self.check_snapshot_quota(&workspace)?;
+        // The image holds at most the sandbox's memory plus what it wrote.
+        self.check_disk_reserve("snapshot", u64::from(memory_mb) << 20)?;
         let _gate = live.gate.write().await;
         let id = format!("snap-{}", uuid::Uuid::new_v4().simple());
         let image = self.cfg.data_dir.join("snapshots").join(&id);
@@ -199,7 +207,8 @@ impl Host {
     /// `POST /v1/sandboxes {from_snapshot}`: restores a user snapshot into a new sandbox id.
     ///
     /// # Errors
-    /// 404 for an unknown snapshot; 409 after a template re-bake; 500 when the restore fails.
+    /// 404 for an unknown snapshot; 409 after a template re-bake; capacity errors as
+    /// [`Host::create`]; 500 when the restore fails.
     pub async fn create_from_snapshot(
         &self,
         spec: CreateSpec,
@@ -210,6 +219,10 @@ impl Host {
             .snapshot(&spec.workspace_id, snapshot_id)?
             .ok_or_else(|| ApiError::NotFound(format!("snapshot {snapshot_id} not found")))?;
         self.check_generation(&snap)?;
+        self.check_disk_reserve("restore", 0)?;
+        let _admitted = self
+            .admit(&spec.workspace_id, snap.memory_mb, 1, true)
+            .await?;
         let image = PathBuf::from(&snap.image_dir);
         self.create_from_image(&spec, &snap, &image, "snapshot")
             .await

@@ -67,6 +67,9 @@ impl Host {
                 info!(sandbox_id = %live.id, "idle persistent sandbox: hibernating");
                 if let Err(e) = self.hibernate(&live, "idle").await {
                     tracing::warn!(sandbox_id = %live.id, error = %e, "idle hibernate");
+                    // Try again after another idle period, not every sweep (a full disk
+                    // would otherwise be retried four times a second).
+                    live.touch().await;
                 }
             }
         }

@@ -1,0 +1,256 @@
+//! Capacity control (issue 8): what this host takes on, and what one workspace may hold.
+//!
+//! - **Host admission**: every operation that starts an instance (create, restore, fork, wake)
+//!   asks [`Host::admit`] first. It counts the instances that hold memory (running and paused
+//!   sandboxes, warm-pool instances, and the starts admitted but not finished) against
+//!   `max_sandboxes` and their committed memory (each instance's memory limit) against the
+//!   memory budget; past either the answer is 503 with `Retry-After`, which the Python SDK
+//!   retries on creates (contract §1.4). The admitted start holds its share until it ends.
+//! - **Workspace quotas**: the sandboxes a workspace keeps (any state but deleted and failed)
+//!   and the bytes of its snapshots; past either the answer is 429 naming the quota, without
+//!   `Retry-After` (waiting does not lift a quota).
+//! - **Host disk reserve**: when the data dir's filesystem would keep less free space than the
+//!   reserve (a share of the filesystem, capped), operations that write to it (create, fork,
+//!   snapshot, hibernate) answer 507.
+
+use super::Host;
+use crate::error::ApiError;
+use crate::state::SandboxState;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Seconds a client is told to wait before retrying a create refused for capacity.
+pub const RETRY_AFTER_S: u64 = 2;
+
+/// The limits of this host (server flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Instances holding memory at once (`--max-sandboxes`).
+    pub max_sandboxes: usize,
+    /// Memory limits of those instances added up, MiB (`--memory-overcommit` × host memory).
+    pub max_memory_mb: u64,
+    /// Sandboxes one workspace keeps (`--workspace-max-sandboxes`).
+    pub workspace_max_sandboxes: usize,
+    /// Snapshot bytes one workspace keeps (`--workspace-max-snapshot-gb`).
+    pub workspace_max_snapshot_bytes: u64,
+    /// Share of the data dir's filesystem kept free, percent (`--disk-reserve-percent`)...
+    pub disk_reserve_percent: f64,
+    /// ...but never more than this many bytes (`--disk-reserve-max-gb`): on a large disk a
+    /// percentage keeps back far more than the store and logs need.
+    pub disk_reserve_max_bytes: u64,
+}
+
+/// Starts admitted and not yet finished: (instances, MiB).
+#[derive(Debug, Default)]
+pub struct Reserved {
+    inner: Mutex<(usize, u64)>,
+    /// Serialises admissions, so two of them never both take the last room.
+    admitting: tokio::sync::Mutex<()>,
+}
+
+/// An admitted start: its share of the host stays reserved until this is dropped (by then the
+/// instance is running and counted as such, or it failed).
+#[must_use]
+pub struct Admitted {
+    reserved: Arc<Reserved>,
+    count: usize,
+    memory_mb: u64,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut r = self
+            .reserved
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        r.0 = r.0.saturating_sub(self.count);
+        r.1 = r.1.saturating_sub(self.memory_mb);
+    }
+}
+
+/// The memory an instance of a `memory_mb` sandbox commits on the host, MiB: its cgroup limit.
+pub fn committed_mb(memory_mb: u32) -> u64 {
+    u64::from(memory_mb)
+}
+
+/// Free and total bytes of the filesystem holding `path`.
+fn disk_space(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` points to writable memory of the size
+    // statvfs fills; it is read only after statvfs reported success.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it initialised the struct.
+    let st = unsafe { st.assume_init() };
+    // statvfs fields are u64 on x86-64 Linux.
+    let frag = st.f_frsize;
+    Ok((st.f_bavail * frag, st.f_blocks * frag))
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+impl Host {
+    /// Admits `count` new instances of `memory_mb` each for `workspace_id`, reserving their
+    /// share of the host until the returned [`Admitted`] is dropped. A wake passes
+    /// `new_sandboxes: false` (the sandbox already counts toward its workspace).
+    ///
+    /// # Errors
+    /// 429 when the workspace is at its sandbox quota; 503 with `Retry-After` when the host is
+    /// at its sandbox count or memory budget.
+    pub async fn admit(
+        &self,
+        workspace_id: &str,
+        memory_mb: u32,
+        count: usize,
+        new_sandboxes: bool,
+    ) -> Result<Admitted, ApiError> {
+        let limits = &self.cfg.limits;
+        let _one_at_a_time = self.reserved.admitting.lock().await;
+        let (mut instances, mut committed, mut kept) = (0usize, 0u64, 0usize);
+        for live in self.all() {
+            let r = live.row.lock().await;
+            let state = SandboxState::parse(&r.status);
+            if matches!(state, SandboxState::Running | SandboxState::Paused) {
+                instances += 1;
+                committed += committed_mb(r.memory_mb);
+            }
+            if r.workspace_id == workspace_id
+                && !matches!(state, SandboxState::Deleted | SandboxState::Failed)
+            {
+                kept += 1;
+            }
+        }
+        let (pooled, pooled_mb) = self.pool_commitment();
+        let (starting, starting_mb) = *self
+            .reserved
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        instances += pooled + starting;
+        committed += pooled_mb + starting_mb;
+        if new_sandboxes && kept + count > limits.workspace_max_sandboxes {
+            return Err(ApiError::TooManyRequests {
+                message: format!(
+                    "workspace quota: at most {} sandboxes (this workspace has {kept}); delete some first",
+                    limits.workspace_max_sandboxes
+                ),
+                retry_after_s: None,
+            });
+        }
+        if instances + count > limits.max_sandboxes {
+            return Err(ApiError::Busy {
+                message: format!(
+                    "host at capacity: {instances} of {} sandboxes running; retry later",
+                    limits.max_sandboxes
+                ),
+                retry_after_s: RETRY_AFTER_S,
+            });
+        }
+        let asked = committed_mb(memory_mb) * count as u64;
+        if committed + asked > limits.max_memory_mb {
+            return Err(ApiError::Busy {
+                message: format!(
+                    "host at capacity: {committed} of {} MiB of sandbox memory committed, {asked} MiB asked; retry later",
+                    limits.max_memory_mb
+                ),
+                retry_after_s: RETRY_AFTER_S,
+            });
+        }
+        let mut r = self
+            .reserved
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        r.0 += count;
+        r.1 += asked;
+        Ok(Admitted {
+            reserved: self.reserved.clone(),
+            count,
+            memory_mb: asked,
+        })
+    }
+
+    /// True when one more instance of `memory_mb` fits the host (for the warm pool, which
+    /// never takes the last room from creates).
+    pub(super) async fn has_room_for(&self, memory_mb: u32) -> bool {
+        let limits = &self.cfg.limits;
+        let (mut instances, mut committed) = self.pool_commitment();
+        for live in self.all() {
+            let r = live.row.lock().await;
+            if matches!(
+                SandboxState::parse(&r.status),
+                SandboxState::Running | SandboxState::Paused
+            ) {
+                instances += 1;
+                committed += committed_mb(r.memory_mb);
+            }
+        }
+        let (starting, starting_mb) = *self
+            .reserved
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        instances + starting < limits.max_sandboxes
+            && committed + starting_mb + committed_mb(memory_mb) <= limits.max_memory_mb
+    }
+
+    /// Refuses a snapshot when the workspace's snapshots already hold its quota of bytes.
+    ///
+    /// # Errors
+    /// 429 naming the quota.
+    pub fn check_snapshot_quota(&self, workspace_id: &str) -> Result<(), ApiError> {
+        let used = self.store.snapshot_bytes(workspace_id)?;
+        let quota = self.cfg.limits.workspace_max_snapshot_bytes;
+        if used >= quota {
+            return Err(ApiError::TooManyRequests {
+                message: format!(
+                    "workspace quota: snapshots hold {:.1} GiB of at most {:.1} GiB; delete some first",
+                    gib(used),
+                    gib(quota)
+                ),
+                retry_after_s: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses an operation (`what`: "create", "snapshot", ...) that would write about
+    /// `need_bytes` when the data dir's filesystem would keep less than the reserve free.
+    ///
+    /// # Errors
+    /// 507 saying how much is free and how much is kept back.
+    pub fn check_disk_reserve(&self, what: &str, need_bytes: u64) -> Result<(), ApiError> {
+        let (free, total) =
+            disk_space(&self.cfg.data_dir).map_err(|e| ApiError::internal("disk space", e))?;
+        let limits = &self.cfg.limits;
+        let reserve = ((total as f64 * limits.disk_reserve_percent / 100.0) as u64)
+            .min(limits.disk_reserve_max_bytes);
+        if free.saturating_sub(need_bytes) < reserve {
+            return Err(ApiError::InsufficientStorage(format!(
+                "host storage low: {what} refused ({:.1} GiB free, {:.1} GiB kept in reserve)",
+                gib(free),
+                gib(reserve)
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_space_of_the_temp_dir_is_plausible() {
+        let (free, total) = disk_space(&std::env::temp_dir()).unwrap();
+        assert!(total > 0 && free <= total, "{free} of {total}");
+    }
+}
