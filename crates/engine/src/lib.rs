@@ -47,6 +47,12 @@ pub struct SandboxSpec {
     pub hostname: String,
     /// The instance's network and its egress policy; `None`: loopback only.
     pub network: Option<NetworkPolicy>,
+    /// True for the sandbox of a template build step: it writes straight into `rootfs` (a
+    /// private copy the build owns, with no overlay in between, so the directory *is* the
+    /// result) and its root user has the capabilities a container's root usually has (chown,
+    /// setuid, ...), so package managers and `useradd` work. False for every user sandbox.
+    #[serde(default)]
+    pub template_build: bool,
 }
 
 /// A started instance. A restore may land on a container the engine made in advance

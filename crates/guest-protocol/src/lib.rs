@@ -20,9 +20,11 @@
 
 pub mod frame;
 mod messages;
+mod runtime;
 
 pub use frame::{read_frame, write_frame, Frame, FrameError, MAX_BODY_BYTES, MAX_HEADER_BYTES};
 pub use messages::*;
+pub use runtime::{TemplateRuntime, DEFAULT_ENV, TEMPLATE_RUNTIME_PATH};
 
 /// The protocol version spoken by this build. Checked at connect by [`HostMsg::Hello`].
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,27 +1,18 @@
 //! Start-up: the directories and default environment every sandbox process gets.
 //!
-//! As PID 1 the guest creates `/workspace` and `/tmp` (mode 1777). Run as an ordinary process
-//! (tests on a host) it changes nothing on the filesystem and uses `/workspace` only if it already
-//! exists, else its own current directory.
+//! As PID 1 the guest creates `/workspace` and `/tmp` (mode 1777) and reads the template's
+//! runtime defaults ([`TEMPLATE_RUNTIME_PATH`]: `ENV` and `WORKDIR` of a Dockerfile-built
+//! template). Run as an ordinary process (tests on a host) it changes nothing on the filesystem,
+//! reads no template file and uses `/workspace` only if it already exists, else its own current
+//! directory.
 
+use pandastack_guest_protocol::{TemplateRuntime, DEFAULT_ENV, TEMPLATE_RUNTIME_PATH};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// Default directory of commands, kernels and relative paths.
 pub const WORKSPACE: &str = "/workspace";
-
-/// Variables every process gets unless the sandbox's own environment already sets them.
-pub const DEFAULT_ENV: &[(&str, &str)] = &[
-    (
-        "PATH",
-        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    ),
-    ("HOME", "/root"),
-    ("LANG", "C.UTF-8"),
-    ("PYTHONUNBUFFERED", "1"),
-    ("MPLBACKEND", "Agg"),
-];
 
 /// What every request handler needs to know about the sandbox.
 #[derive(Debug, Clone)]
@@ -37,23 +28,60 @@ pub struct Config {
 /// Creates the sandbox directories when PID 1 and returns the configuration.
 pub fn prepare() -> Config {
     let pid1 = std::process::id() == 1;
-    if pid1 {
+    let runtime = if pid1 {
         make_dirs();
+        read_runtime(Path::new(TEMPLATE_RUNTIME_PATH))
     } else {
         become_subreaper();
-    }
-    let cwd = if Path::new(WORKSPACE).is_dir() {
+        TemplateRuntime::default()
+    };
+    let workdir = runtime
+        .workdir
+        .as_deref()
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir());
+    let cwd = if let Some(dir) = workdir {
+        dir
+    } else if Path::new(WORKSPACE).is_dir() {
         PathBuf::from(WORKSPACE)
     } else if pid1 {
         PathBuf::from("/")
     } else {
         std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
     };
+    let mut env = default_env(std::env::vars());
+    env.extend(runtime.env);
     Config {
-        env: default_env(std::env::vars()),
+        env,
         cwd,
         guest_dir: guest_dir(),
     }
+}
+
+/// The template's runtime defaults at `path`; none when the file is missing, and none (with a
+/// log line) when it is unreadable or not the expected JSON: a broken file must not stop the
+/// sandbox from serving.
+fn read_runtime(path: &Path) -> TemplateRuntime {
+    match std::fs::read(path) {
+        Ok(bytes) => parse_runtime(&bytes).unwrap_or_else(|e| {
+            glog!("ignoring {}: {e}", path.display());
+            TemplateRuntime::default()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => TemplateRuntime::default(),
+        Err(e) => {
+            glog!("cannot read {}: {e}", path.display());
+            TemplateRuntime::default()
+        }
+    }
+}
+
+/// Parses a template runtime file, dropping variables no process could receive (empty names,
+/// `=` in a name, NUL anywhere).
+fn parse_runtime(bytes: &[u8]) -> Result<TemplateRuntime, serde_json::Error> {
+    let mut rt: TemplateRuntime = serde_json::from_slice(bytes)?;
+    rt.env
+        .retain(|k, v| !k.is_empty() && !k.contains(['=', '\0']) && !v.contains('\0'));
+    Ok(rt)
 }
 
 /// The inherited environment with [`DEFAULT_ENV`] filled in where unset.
@@ -108,5 +136,16 @@ mod tests {
         assert_eq!(env["PATH"], "/x");
         assert_eq!(env["HOME"], "/root");
         assert_eq!(env["MPLBACKEND"], "Agg");
+    }
+
+    #[test]
+    fn runtime_file_drops_unusable_variables() {
+        let rt =
+            parse_runtime(br#"{"env":{"A":"1","":"x","B=C":"y","D":"a\u0000b"},"workdir":"/app"}"#)
+                .expect("parses");
+        assert_eq!(rt.env.len(), 1);
+        assert_eq!(rt.env["A"], "1");
+        assert_eq!(rt.workdir.as_deref(), Some("/app"));
+        assert!(parse_runtime(b"[1]").is_err());
     }
 }

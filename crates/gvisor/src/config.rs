@@ -14,6 +14,25 @@ pub const GUEST_MOUNT: &str = "/.pandastack";
 /// The guest daemon's path inside the sandbox.
 pub const GUEST_BINARY: &str = "/.pandastack/pandastack-guest";
 
+/// Capabilities of root in a template build sandbox: Docker's default set, which is what
+/// `apt-get install`, `useradd` and `chown` in a Dockerfile `RUN` expect. User sandboxes get none.
+pub const BUILD_CAPABILITIES: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_RAW",
+    "CAP_SYS_CHROOT",
+    "CAP_MKNOD",
+    "CAP_AUDIT_WRITE",
+    "CAP_SETFCAP",
+];
+
 /// Renders the OCI config for `spec`. The cgroup path is relative (`pandastack/<id>`), which
 /// runsc honours on these cgroup-v1 hosts (notes pitfall 12). `netns` is the network namespace
 /// the sandbox joins (`/run/netns/...`), or `None` for a private, empty one (loopback only).
@@ -23,7 +42,7 @@ pub fn render(spec: &SandboxSpec, netns: Option<&std::path::Path>) -> Value {
         Some(path) => json!({"type": "network", "path": path}),
         None => json!({"type": "network"}),
     };
-    json!({
+    let mut config = json!({
         "ociVersion": "1.0.0",
         "process": {
             "terminal": false,
@@ -59,7 +78,14 @@ pub fn render(spec: &SandboxSpec, netns: Option<&std::path::Path>) -> Value {
                 {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, network_ns
             ]
         }
-    })
+    });
+    if spec.template_build {
+        let caps = json!(BUILD_CAPABILITIES);
+        config["process"]["capabilities"] = json!({
+            "bounding": caps, "effective": caps, "permitted": caps, "inheritable": caps
+        });
+    }
+    config
 }
 
 #[cfg(test)]
@@ -78,6 +104,7 @@ mod tests {
             memory_mb: 512,
             hostname: "sandbox".into(),
             network: None,
+            template_build: false,
         };
         let v = render(&spec, None);
         assert_eq!(
@@ -94,6 +121,18 @@ mod tests {
         assert_eq!(
             joined["linux"]["namespaces"][4]["path"],
             "/run/netns/ps-abcdef-1"
+        );
+        assert!(v["process"].get("capabilities").is_none());
+        let build = render(
+            &SandboxSpec {
+                template_build: true,
+                ..spec
+            },
+            None,
+        );
+        assert_eq!(
+            build["process"]["capabilities"]["effective"][0],
+            "CAP_CHOWN"
         );
     }
 }

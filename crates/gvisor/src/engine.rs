@@ -158,10 +158,13 @@ impl GvisorEngine {
             .append(true)
             .open(dir.join("shim.log"))?;
         let mut runsc_cmd = vec![self.runsc.binary.display().to_string()];
-        runsc_cmd.extend(
-            self.runsc
-                .global_args(Some(&dir.join("overlay")), net.is_some()),
-        );
+        // A template build writes into its own rootfs copy, which becomes the template: no
+        // overlay (runsc's default `root:self` would leak between sandboxes, notes pitfall 2).
+        let overlay = (!spec.template_build).then(|| dir.join("overlay"));
+        runsc_cmd.extend(self.runsc.global_args(overlay.as_deref(), net.is_some()));
+        if spec.template_build {
+            runsc_cmd.push("--overlay2=none".into());
+        }
         runsc_cmd.extend(sub_args);
 
         let (program, lead) =

@@ -135,6 +135,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
             memory_mb: 256,
             hostname: "sandbox".into(),
             network: None,
+            template_build: false,
         }
     };
 

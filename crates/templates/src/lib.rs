@@ -31,6 +31,12 @@
 //! Resource changes (cpu, memory, description) are not in the hash: a bake
 //! with only those changed is a cache hit that rewrites `meta.json`.
 //!
+//! ## User templates
+//!
+//! [`custom`] holds what user-built templates (Dockerfile or rootfs tar) need without a
+//! sandbox; they are stored like bakes, one [`TemplateStore::for_workspace`] root per
+//! workspace, published through [`TemplateStore::begin_build`].
+//!
 //! ## Building
 //!
 //! [`MmdebstrapBuilder`] runs `mmdebstrap --variant=minbase --mode=unshare` as
@@ -48,6 +54,7 @@
 mod builder;
 mod builtin;
 mod command;
+pub mod custom;
 mod error;
 mod meta;
 mod mmdebstrap;
@@ -60,11 +67,21 @@ mod wheels;
 
 pub use builder::Builder;
 pub use builtin::{builtin, builtins, BASE, CODE_INTERPRETER};
+pub use custom::{build_hash, Resources, Source, TemplateKind};
 pub use error::{BakeError, BakeStep, RecipeError, StoreError};
-pub use meta::TemplateInfo;
+pub use meta::{CustomMeta, TemplateInfo};
 pub use mmdebstrap::MmdebstrapBuilder;
 pub use recipe::{
     validate_name, CaCertificate, Recipe, ARCH, DPKG_PATH_FILTERS, FINISH_HOOK, MIRROR, MODE,
     RECIPE_FORMAT_VERSION, SUITE, VARIANT, WHEELS_HOOK, WHEEL_PLATFORM, WHEEL_PYTHON,
 };
-pub use store::TemplateStore;
+pub use store::{BuildSlot, FinishedBuild, TemplateStore};
+
+/// Apparent size in bytes of the tree at `root` (regular files and symlinks, hard links
+/// counted once, symlinks not followed), as recorded in a build's meta.json.
+///
+/// # Errors
+/// I/O errors walking the tree.
+pub fn rootfs_size(root: &std::path::Path) -> std::io::Result<u64> {
+    meta::tree_size(root)
+}

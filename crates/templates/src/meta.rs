@@ -6,8 +6,11 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use pandastack_guest_protocol::TemplateRuntime;
 use serde::{Deserialize, Serialize};
 
+use crate::custom::finish::Probes;
+use crate::custom::{Resources, TemplateKind};
 use crate::recipe::Recipe;
 
 /// One build of a template, as read from its `meta.json`.
@@ -40,6 +43,26 @@ pub struct TemplateInfo {
     pub pip_wheels: Vec<String>,
     /// Whether this build is what `<root>/<name>/current` points at.
     pub current: bool,
+    /// Workspace that owns the template; `None` for the built-ins (global).
+    pub workspace: Option<String>,
+    /// How the rootfs was made.
+    pub kind: TemplateKind,
+    /// Template a Dockerfile build started `FROM` (its name), if any.
+    pub base: Option<String>,
+    /// Disk size asked for at build time, MiB (user templates; `None` for the built-ins).
+    pub disk_mb: Option<u32>,
+    /// What the rootfs contains (user templates; the built-ins are known to have everything).
+    pub probes: Option<Probes>,
+    /// `ENV` and `WORKDIR` the template's sandboxes start with (also in the rootfs).
+    pub runtime: TemplateRuntime,
+}
+
+impl TemplateInfo {
+    /// False only when the template is known to have no python3 (a rootfs tar without it):
+    /// code contexts cannot start there.
+    pub fn has_python(&self) -> bool {
+        self.probes.is_none_or(|p| p.python)
+    }
 }
 
 /// On-disk shape of `meta.json`; the rootfs path and `current` are derived.
@@ -56,6 +79,31 @@ pub(crate) struct MetaFile {
     pub packages: Vec<String>,
     #[serde(default)]
     pub pip_wheels: Vec<String>,
+    #[serde(default)]
+    pub kind: TemplateKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Probes>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub runtime: TemplateRuntime,
+}
+
+fn is_default(rt: &TemplateRuntime) -> bool {
+    *rt == TemplateRuntime::default()
+}
+
+/// What a user build records about itself (see [`MetaFile::custom`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomMeta {
+    pub kind: TemplateKind,
+    pub description: String,
+    pub base: Option<String>,
+    pub resources: Resources,
+    pub probes: Probes,
+    pub runtime: TemplateRuntime,
 }
 
 impl MetaFile {
@@ -72,6 +120,39 @@ impl MetaFile {
             description: recipe.description.clone(),
             packages: recipe.packages.clone(),
             pip_wheels: recipe.pip_wheels.clone(),
+            kind: TemplateKind::Builtin,
+            base: None,
+            disk_mb: None,
+            probes: None,
+            runtime: TemplateRuntime::default(),
+        }
+    }
+
+    /// Metadata for a new user build of template `name` from `hash`.
+    pub fn custom(
+        name: &str,
+        hash: &str,
+        generation: u64,
+        size_bytes: u64,
+        built_at: u64,
+        custom: CustomMeta,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            hash: hash.to_owned(),
+            generation,
+            size_bytes,
+            built_at,
+            cpu: custom.resources.cpu,
+            memory_mb: custom.resources.memory_mb,
+            description: custom.description,
+            packages: Vec::new(),
+            pip_wheels: Vec::new(),
+            kind: custom.kind,
+            base: custom.base,
+            disk_mb: Some(custom.resources.disk_mb),
+            probes: Some(custom.probes),
+            runtime: custom.runtime,
         }
     }
 
@@ -85,8 +166,15 @@ impl MetaFile {
         *self != before
     }
 
-    /// The public view of this build, whose directory is `build_dir`.
-    pub fn into_info(self, build_id: String, build_dir: &Path, current: bool) -> TemplateInfo {
+    /// The public view of this build, whose directory is `build_dir`, in the store of
+    /// `workspace` (`None`: the built-ins).
+    pub fn into_info(
+        self,
+        build_id: String,
+        build_dir: &Path,
+        current: bool,
+        workspace: Option<String>,
+    ) -> TemplateInfo {
         TemplateInfo {
             name: self.name,
             build_id,
@@ -101,6 +189,12 @@ impl MetaFile {
             packages: self.packages,
             pip_wheels: self.pip_wheels,
             current,
+            workspace,
+            kind: self.kind,
+            base: self.base,
+            disk_mb: self.disk_mb,
+            probes: self.probes,
+            runtime: self.runtime,
         }
     }
 }

@@ -121,6 +121,7 @@ impl Host {
             memory_mb,
             hostname: "sandbox".into(),
             network,
+            template_build: false,
         }
     }
 

@@ -5,8 +5,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use super::layout::{self, LOCK, META, PARTIAL};
-use super::lock::TemplateLock;
+use super::layout::{self, META};
 use super::TemplateStore;
 use crate::builtin::builtin;
 use crate::error::{BakeError, BakeStep};
@@ -49,14 +48,18 @@ impl TemplateStore {
     ) -> Result<TemplateInfo, BakeError> {
         recipe.validate()?;
         let name = recipe.name.as_str();
-        let dir = self.template_dir(name);
-        fs::create_dir_all(&dir).map_err(BakeError::io(BakeStep::Lock))?;
-        let _lock = TemplateLock::acquire(&dir.join(LOCK), || {
-            progress(&format!("I: waiting for another bake of template {name}"));
-        })
-        .map_err(BakeError::io(BakeStep::Lock))?;
-
         let hash = recipe.hash();
+        let slot = self
+            .begin_build(name, &hash, || {
+                progress(&format!("I: waiting for another bake of template {name}"));
+            })
+            .map_err(|e| match e {
+                crate::StoreError::Io { source, .. } => BakeError::Io {
+                    step: BakeStep::Lock,
+                    source,
+                },
+                other => BakeError::Store(other),
+            })?;
         if !force {
             if let Some(info) = self.cache_hit(recipe, &hash)? {
                 progress(&format!(
@@ -67,24 +70,27 @@ impl TemplateStore {
             }
         }
 
-        layout::remove_stale(&dir).map_err(BakeError::io(BakeStep::Prepare))?;
-        let generation =
-            layout::max_generation(&dir).map_err(BakeError::io(BakeStep::Prepare))? + 1;
-        let build_id = layout::build_id(&hash, generation);
-        let partial = dir.join(format!("{build_id}{PARTIAL}"));
-        fs::create_dir(&partial).map_err(BakeError::io(BakeStep::Prepare))?;
+        let generation = slot.generation();
+        let build_id = slot.build_id().to_owned();
+        slot.create_work_dir()
+            .map_err(BakeError::io(BakeStep::Prepare))?;
 
         let started = Instant::now();
         tracing::info!(template = name, build_id, force, "baking template");
+        let log_path = slot.template_dir().join(format!("{build_id}.log"));
         let result = self
-            .build_partial(
-                recipe,
-                generation,
-                &partial,
-                &dir.join(format!("{build_id}.log")),
-                progress,
-            )
-            .and_then(|meta| publish(&dir, &partial, &build_id, meta));
+            .build_partial(recipe, generation, slot.work_dir(), &log_path, progress)
+            .and_then(|meta| {
+                slot.finish(meta)
+                    .and_then(|finished| finished.publish())
+                    .map_err(|e| match e {
+                        crate::StoreError::Io { source, .. } => BakeError::Io {
+                            step: BakeStep::Publish,
+                            source,
+                        },
+                        other => BakeError::Store(other),
+                    })
+            });
         match result {
             Ok(info) => {
                 tracing::info!(
@@ -98,11 +104,7 @@ impl TemplateStore {
                 Ok(info)
             }
             Err(err) => {
-                if let Err(e) = layout::remove_tree(&partial) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        tracing::warn!(template = name, build_id, error = %e, "cannot remove partial build");
-                    }
-                }
+                // The slot (dropped with the closure) removed the partial build.
                 tracing::warn!(template = name, build_id, error = %err, "template bake failed");
                 Err(err)
             }
@@ -122,11 +124,16 @@ impl TemplateStore {
         if meta.refresh_from(recipe) {
             write_meta(&build_dir, &meta).map_err(BakeError::io(BakeStep::Publish))?;
         }
-        Ok(Some(meta.into_info(current.build_id, &build_dir, true)))
+        Ok(Some(meta.into_info(
+            current.build_id,
+            &build_dir,
+            true,
+            self.workspace.clone(),
+        )))
     }
 
-    /// Runs the builder and verifier in `partial`, measures the rootfs, drops
-    /// scratch files and writes meta.json; returns the metadata.
+    /// Runs the builder and verifier in `partial`, measures the rootfs and drops scratch
+    /// files; returns the metadata to publish.
     fn build_partial(
         &self,
         recipe: &Recipe,
@@ -147,23 +154,8 @@ impl TemplateStore {
         log("I: measuring rootfs size");
         let size_bytes = tree_size(&rootfs).map_err(BakeError::io(BakeStep::Measure))?;
         remove_scratch(partial).map_err(BakeError::io(BakeStep::Publish))?;
-        let meta = MetaFile::new(recipe, generation, size_bytes, unix_now());
-        write_meta(partial, &meta).map_err(BakeError::io(BakeStep::Publish))?;
-        Ok(meta)
+        Ok(MetaFile::new(recipe, generation, size_bytes, unix_now()))
     }
-}
-
-/// Renames `partial` to `<dir>/<build_id>` and points `current` at it.
-fn publish(
-    dir: &Path,
-    partial: &Path,
-    build_id: &str,
-    meta: MetaFile,
-) -> Result<TemplateInfo, BakeError> {
-    let build_dir = dir.join(build_id);
-    fs::rename(partial, &build_dir).map_err(BakeError::io(BakeStep::Publish))?;
-    layout::write_current(dir, build_id).map_err(BakeError::io(BakeStep::Publish))?;
-    Ok(meta.into_info(build_id.to_owned(), &build_dir, true))
 }
 
 /// Removes everything in a partial build except `rootfs` (staged wheels etc.).
@@ -188,7 +180,7 @@ fn write_meta(build_dir: &Path, meta: &MetaFile) -> std::io::Result<()> {
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before 1970).
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -3,6 +3,7 @@
 //! ```text
 //! <root>/<name>/.lock                   flock(2) target, serialises bakes and removals
 //! <root>/<name>/current                 "<build id>\n" of the current build
+//! <root>/<name>/.generation             highest generation ever published (survives a delete)
 //! <root>/<name>/<hash>-g<gen>/rootfs/   a finished build, never modified
 //! <root>/<name>/<hash>-g<gen>/meta.json
 //! <root>/<name>/<hash>-g<gen>.log       mmdebstrap log of that bake (kept on failure)
@@ -18,6 +19,9 @@ use std::path::{Path, PathBuf};
 pub(crate) const CURRENT: &str = "current";
 /// Lock file inside a template directory.
 pub(crate) const LOCK: &str = ".lock";
+/// File holding the highest generation published, so a deleted and re-made template never
+/// hands out a generation an old snapshot could match.
+pub(crate) const GENERATION: &str = ".generation";
 /// Metadata file inside a build directory.
 pub(crate) const META: &str = "meta.json";
 /// Suffix of a build directory being baked.
@@ -72,9 +76,14 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     fs::rename(&tmp, path)
 }
 
-/// Highest generation among the finished builds in `template_dir` (0 if none).
+/// Highest generation among the finished builds in `template_dir` and its `.generation` file
+/// (0 if none).
 pub(crate) fn max_generation(template_dir: &Path) -> io::Result<u64> {
-    let mut max = 0;
+    let mut max = match fs::read_to_string(template_dir.join(GENERATION)) {
+        Ok(s) => s.trim().parse().unwrap_or(0),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(e),
+    };
     for entry in fs::read_dir(template_dir)? {
         let name = entry?.file_name();
         if let Some(generation) = name.to_str().and_then(parse_build_id) {
@@ -82,6 +91,23 @@ pub(crate) fn max_generation(template_dir: &Path) -> io::Result<u64> {
         }
     }
     Ok(max)
+}
+
+/// Records `generation` as the highest one published in `template_dir`.
+pub(crate) fn write_generation(template_dir: &Path, generation: u64) -> io::Result<()> {
+    let max = max_generation(template_dir)?.max(generation);
+    write_atomic(
+        &template_dir.join(GENERATION),
+        format!("{max}\n").as_bytes(),
+    )
+}
+
+/// Removes `current`: the template has no current build any more (it was deleted).
+pub(crate) fn clear_current(template_dir: &Path) -> io::Result<()> {
+    match fs::remove_file(template_dir.join(CURRENT)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Removes directories of bakes or removals that a crash interrupted.

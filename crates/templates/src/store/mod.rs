@@ -5,6 +5,7 @@
 mod bake;
 mod layout;
 mod lock;
+mod pending;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -15,7 +16,10 @@ use std::sync::Arc;
 use crate::builder::Builder;
 use crate::mmdebstrap::MmdebstrapBuilder;
 
-/// Template builds under one root directory (`<data_dir>/templates`).
+pub use pending::{BuildSlot, FinishedBuild};
+
+/// Template builds under one root directory: `<data_dir>/templates` for the built-ins, or one
+/// workspace's own root for the templates its users build ([`TemplateStore::for_workspace`]).
 ///
 /// Cheap to clone; all methods block on disk I/O (and `bake` for minutes), so
 /// async callers use `spawn_blocking`. Safe to use from several threads and
@@ -25,12 +29,14 @@ use crate::mmdebstrap::MmdebstrapBuilder;
 pub struct TemplateStore {
     root: PathBuf,
     builder: Arc<dyn Builder>,
+    workspace: Option<String>,
 }
 
 impl std::fmt::Debug for TemplateStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TemplateStore")
             .field("root", &self.root)
+            .field("workspace", &self.workspace)
             .finish_non_exhaustive()
     }
 }
@@ -49,7 +55,26 @@ impl TemplateStore {
         Self {
             root: root.into(),
             builder,
+            workspace: None,
         }
+    }
+
+    /// The store of the templates workspace `workspace` built, at `root`: its builds come from
+    /// [`TemplateStore::begin_build`] (there are no recipes to bake), and every
+    /// [`TemplateInfo`](crate::TemplateInfo) it returns names the workspace.
+    pub fn for_workspace(root: impl Into<PathBuf>, workspace: impl Into<String>) -> Self {
+        let root = root.into();
+        let builder = MmdebstrapBuilder::new(root.join(".cache").join("wheels"));
+        Self {
+            root,
+            builder: Arc::new(builder),
+            workspace: Some(workspace.into()),
+        }
+    }
+
+    /// The owning workspace, `None` for the built-ins.
+    pub fn workspace(&self) -> Option<&str> {
+        self.workspace.as_deref()
     }
 
     /// The store's root directory.

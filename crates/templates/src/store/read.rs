@@ -29,6 +29,7 @@ impl TemplateStore {
             build_id.clone(),
             &dir.join(&build_id),
             true,
+            self.workspace.clone(),
         )))
     }
 
@@ -37,24 +38,8 @@ impl TemplateStore {
     /// # Errors
     /// [`StoreError`] if the root or any template's files cannot be read.
     pub fn list(&self) -> Result<Vec<TemplateInfo>, StoreError> {
-        let entries = match fs::read_dir(&self.root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(StoreError::io("template root")(e)),
-        };
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(StoreError::io("template root"))?;
-            if let Some(name) = entry.file_name().to_str() {
-                // Skips `.cache` and anything else that is not a template.
-                if validate_name(name).is_ok() && entry.path().is_dir() {
-                    names.push(name.to_owned());
-                }
-            }
-        }
-        names.sort();
         let mut out = Vec::new();
-        for name in names {
+        for name in self.names()? {
             out.extend(self.get(&name)?);
         }
         Ok(out)
@@ -87,7 +72,7 @@ impl TemplateStore {
             }
             let meta = self.read_meta(name, &id)?;
             let is_current = current.as_deref() == Some(id.as_str());
-            out.push(meta.into_info(id, &entry.path(), is_current));
+            out.push(meta.into_info(id, &entry.path(), is_current, self.workspace.clone()));
         }
         out.sort_by_key(|b| b.generation);
         Ok(out)
@@ -131,6 +116,56 @@ impl TemplateStore {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::io(what)(e)),
             _ => Ok(()),
         }
+    }
+
+    /// Deletes template `name` as users see it: it has no current build any more, so lists and
+    /// creates no longer find it. Its builds stay on disk for the sandboxes that still run on
+    /// them, until [`remove_build`](Self::remove_build); its generation count is kept, so a
+    /// template made again under the same name continues it and old snapshots stay refused.
+    /// Returns the build that was current.
+    ///
+    /// # Errors
+    /// [`StoreError`] for a bad name or I/O errors.
+    pub fn retire(&self, name: &str) -> Result<Option<TemplateInfo>, StoreError> {
+        validate_name(name)?;
+        let dir = self.template_dir(name);
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        let _lock = TemplateLock::acquire(&dir.join(LOCK), || {})
+            .map_err(StoreError::io(format!("{name}/{LOCK}")))?;
+        let Some(current) = self.get(name)? else {
+            return Ok(None);
+        };
+        layout::write_generation(&dir, current.generation)
+            .map_err(StoreError::io(format!("{name}/.generation")))?;
+        layout::clear_current(&dir).map_err(StoreError::io(format!("{name}/current")))?;
+        Ok(Some(current))
+    }
+
+    /// Names of the templates with a directory here, current or not (retired ones whose
+    /// builds are still on disk included), sorted.
+    ///
+    /// # Errors
+    /// [`StoreError`] if the root cannot be read.
+    pub fn names(&self) -> Result<Vec<String>, StoreError> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(StoreError::io("template root")(e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(StoreError::io("template root"))?;
+            if let Some(name) = entry.file_name().to_str() {
+                // Skips `.cache` and anything else that is not a template.
+                if validate_name(name).is_ok() && entry.path().is_dir() {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
     }
 
     /// Parses `<root>/<name>/<build_id>/meta.json`.

@@ -112,6 +112,7 @@ fn first_bake_publishes_generation_one() {
     assert_eq!(
         entries(&store),
         [
+            ".generation".to_owned(),
             ".lock".to_owned(),
             info.build_id.clone(),
             format!("{}.log", info.build_id),
@@ -297,4 +298,99 @@ fn concurrent_bakes_of_one_template_build_once() {
     let infos: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(infos[0].build_id, infos[1].build_id);
     assert_eq!(builder.builds.load(Ordering::SeqCst), 1);
+}
+
+fn custom_meta() -> crate::meta::CustomMeta {
+    crate::meta::CustomMeta {
+        kind: crate::custom::TemplateKind::Dockerfile,
+        description: "FROM base".into(),
+        base: Some("base".into()),
+        resources: crate::custom::Resources {
+            cpu: 2,
+            memory_mb: 768,
+            disk_mb: 2048,
+        },
+        probes: Default::default(),
+        runtime: Default::default(),
+    }
+}
+
+/// One user build of `name` from `hash`: rootfs made, finished, then published or discarded.
+fn user_build(store: &TemplateStore, name: &str, hash: &str, publish: bool) -> crate::TemplateInfo {
+    let slot = store.begin_build(name, hash, || {}).unwrap();
+    slot.create_work_dir().unwrap();
+    fs::create_dir_all(slot.rootfs().join("etc")).unwrap();
+    let finished = slot.finish_custom(42, custom_meta()).unwrap();
+    let info = finished.info().clone();
+    assert!(!info.current);
+    assert!(info.rootfs.is_dir(), "complete before it is published");
+    assert_ne!(
+        store.get(name).unwrap().map(|t| t.build_id),
+        Some(info.build_id.clone())
+    );
+    if publish {
+        finished.publish().unwrap()
+    } else {
+        finished.discard();
+        assert!(!info.rootfs.exists());
+        info
+    }
+}
+
+#[test]
+fn user_builds_publish_into_their_workspace_store() {
+    let tmp = TempDir::new("user-store");
+    let store = TemplateStore::for_workspace(tmp.path().join("ws"), "ws-1");
+    let hash = "ab".repeat(32);
+    let info = user_build(&store, "my-tpl", &hash, true);
+    assert_eq!(info.generation, 1);
+    assert_eq!(info.workspace.as_deref(), Some("ws-1"));
+    assert_eq!(
+        (info.cpu, info.memory_mb, info.disk_mb),
+        (2, 768, Some(2048))
+    );
+    assert_eq!(info.base.as_deref(), Some("base"));
+    let got = store.get("my-tpl").unwrap().expect("current");
+    assert_eq!(got, info);
+
+    // A discarded build leaves the current one alone and its generation is reused.
+    let other = "cd".repeat(32);
+    let discarded = user_build(&store, "my-tpl", &other, false);
+    assert_eq!(discarded.generation, 2);
+    assert_eq!(
+        store.get("my-tpl").unwrap().unwrap().build_id,
+        info.build_id
+    );
+    assert_eq!(user_build(&store, "my-tpl", &other, true).generation, 2);
+}
+
+#[test]
+fn a_retired_template_keeps_counting_generations() {
+    let tmp = TempDir::new("user-retire");
+    let store = TemplateStore::for_workspace(tmp.path().join("ws"), "ws-1");
+    let hash = "ab".repeat(32);
+    let g1 = user_build(&store, "t", &hash, true);
+    let retired = store.retire("t").unwrap().expect("was current");
+    assert_eq!(retired.build_id, g1.build_id);
+    assert_eq!(store.get("t").unwrap(), None);
+    assert!(store.list().unwrap().is_empty());
+    assert_eq!(store.names().unwrap(), ["t"]);
+    // The old build stays for running sandboxes until removed, and can be removed now.
+    assert!(g1.rootfs.is_dir());
+    store.remove_build("t", &g1.build_id).unwrap();
+    // Made again with the same inputs: a new generation, never one an old snapshot names.
+    assert_eq!(user_build(&store, "t", &hash, true).generation, 2);
+    assert_eq!(store.retire("missing").unwrap(), None);
+}
+
+#[test]
+fn a_dropped_slot_removes_its_work_dir() {
+    let tmp = TempDir::new("user-drop");
+    let store = TemplateStore::for_workspace(tmp.path().join("ws"), "ws-1");
+    let slot = store.begin_build("t", &"ab".repeat(32), || {}).unwrap();
+    slot.create_work_dir().unwrap();
+    let work = slot.work_dir().to_path_buf();
+    assert!(work.is_dir());
+    drop(slot);
+    assert!(!work.exists());
 }
