@@ -240,20 +240,70 @@ pub struct LifecyclePatch {
     pub persistent: Option<bool>,
 }
 
-/// A template (contract §2.8 Template keys).
+/// A template (contract §2.8 Template keys): a built-in (`is_global`, no `workspace`) or one a
+/// workspace built (`workspace` = its id).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Template {
     pub name: String,
     pub generation: i64,
+    /// Apparent size of the rootfs, bytes.
     pub size_bytes: u64,
     pub cpu: u32,
     pub memory_mb: u32,
     pub is_global: bool,
     pub description: String,
-    /// Recipe hash of the current build.
+    /// Hash of the current build's inputs (recipe, or Dockerfile + context + parent).
     pub hash: String,
-    /// Unix seconds of the bake.
+    /// Unix seconds of the bake or build.
     pub built_at: i64,
+    /// Owning workspace id; `null` for the built-ins.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// `builtin`, `dockerfile` or `rootfs_tar`.
+    #[serde(default)]
+    pub kind: String,
+    /// Template a Dockerfile build started `FROM`.
+    #[serde(default)]
+    pub base: Option<String>,
+    /// Disk size asked for at build time, MiB (user templates).
+    #[serde(default)]
+    pub size_mb: Option<u32>,
+    /// False when the template has no python3 (code contexts need it).
+    #[serde(default)]
+    pub python: bool,
+}
+
+/// A template build (contract §2.8 TemplateBuild keys, plus what the build produced).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateBuild {
+    /// `bld-` + 32 hex digits.
+    pub id: String,
+    /// Template name.
+    pub name: String,
+    /// `queued`, `running`, `done` or `failed` (the SDKs wait for the last two).
+    pub status: String,
+    /// Why the build failed; a failing `RUN` includes the end of its output.
+    pub error: Option<String>,
+    /// RFC 3339, when the build started running.
+    pub started_at: Option<String>,
+    /// RFC 3339, when it ended.
+    pub ended_at: Option<String>,
+    /// Disk size asked for, MiB.
+    pub size_mb: u32,
+    /// Size of the finished rootfs, bytes.
+    pub bytes: Option<u64>,
+    /// Always null: this server builds from Dockerfiles and tars, not registry images.
+    pub image_ref: Option<String>,
+    /// RFC 3339, when the build was submitted.
+    pub created_at: String,
+    pub cpu: u32,
+    pub memory_mb: u32,
+    /// `dockerfile` or `rootfs_tar`.
+    pub kind: String,
+    /// Generation of the template this build made (or reused, on a cache hit).
+    pub generation: Option<i64>,
+    /// True when nothing changed and the current build was reused.
+    pub cache_hit: bool,
 }
 
 /// `POST /v1/me/tokens` body (contract §2.9).

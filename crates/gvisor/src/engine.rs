@@ -393,6 +393,24 @@ impl Engine for GvisorEngine {
         }
         // Frozen tasks cannot die: thaw a paused instance before killing it.
         let _ = cgroup::freeze(id, false);
+        let exit_file = dir.join("exit");
+        // `runsc kill KILL` stops a running sandbox at once (~0.15 s here) and the shim's
+        // `runsc run`/`restore` then removes the container; `delete --force` on a running one
+        // waits ~5 s and gives up ("context deadline exceeded") before killing it.
+        if self
+            .runsc
+            .call("kill", id, &["kill", id, "KILL"])
+            .await
+            .is_ok()
+        {
+            for _ in 0..200 {
+                if exit_file.exists() || !dir.exists() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // Whatever the kill could not reach (a stopped, or half-created container).
         if let Err(e) = self
             .runsc
             .call("delete", id, &["delete", "--force", id])
@@ -401,7 +419,6 @@ impl Engine for GvisorEngine {
             debug!(instance_id = id, error = %e, "runsc delete");
         }
         // The shim exits once runsc does; give it a moment so the directory is quiet.
-        let exit_file = dir.join("exit");
         for _ in 0..100 {
             if exit_file.exists() || !dir.exists() {
                 break;
@@ -551,6 +568,7 @@ impl GvisorEngine {
             memory_mb: class.memory_mb,
             hostname: "sandbox".into(),
             network: class.network.clone(),
+            template_build: false,
         };
         let net = self.prepare_or_clean(&spec).await?;
         let bundle = dir.join("bundle").display().to_string();

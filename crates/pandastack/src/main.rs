@@ -131,6 +131,15 @@ struct ServerArgs {
     /// API requests per second per workspace, bursts of twice that; past it 429 (0: no limit).
     #[arg(long, env = "PANDASTACK_RATE_LIMIT", default_value_t = pandastack_server::ratelimit::DEFAULT_REQUESTS_PER_SECOND)]
     rate_limit: u32,
+    /// Templates one workspace may build and keep (429 past it).
+    #[arg(long, env = "PANDASTACK_MAX_TEMPLATES", default_value_t = 20)]
+    max_templates: usize,
+    /// Template storage one workspace may use, MiB (all its template rootfs builds on disk).
+    #[arg(long, env = "PANDASTACK_MAX_TEMPLATE_STORAGE_MB", default_value_t = 20 * 1024)]
+    max_template_storage_mb: u64,
+    /// Template builds run at once (each RUN step is a sandbox; builds are CPU-heavy).
+    #[arg(long, env = "PANDASTACK_BUILD_CONCURRENCY", default_value_t = 1)]
+    build_concurrency: usize,
 }
 
 #[derive(Args)]
@@ -250,6 +259,12 @@ fn main() -> Result<()> {
                     disk_reserve_percent: a.disk_reserve_percent,
                     disk_reserve_max_gb: a.disk_reserve_max_gb,
                     requests_per_second: a.rate_limit,
+                },
+                builds: pandastack_server::builds::BuildsConfig {
+                    max_templates: a.max_templates,
+                    max_workspace_bytes: a.max_template_storage_mb.saturating_mul(1024 * 1024),
+                    concurrency: a.build_concurrency.max(1),
+                    ..Default::default()
                 },
             };
             let rt = tokio::runtime::Runtime::new()?;

@@ -18,7 +18,8 @@ pub enum ApiError {
     /// 404: no such resource in the caller's workspace.
     #[error("{0}")]
     NotFound(String),
-    /// 403: the operation is not permitted on this resource (e.g. writing a read-only path).
+    /// 403: the operation is not permitted on this resource (e.g. writing a read-only path,
+    /// deleting a built-in template).
     #[error("{0}")]
     Forbidden(String),
     /// 409: the resource's state forbids the operation; the message names the state.

@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod builds;
 pub mod datadir_lock;
 pub mod error;
 pub mod extract;
@@ -57,6 +58,7 @@ pub fn app(state: AppState) -> Router {
         .merge(api::fs::router())
         .merge(api::repl::router())
         .merge(api::templates::router())
+        .merge(api::template_builds::router())
         .merge(api::tokens::router())
         .merge(api::ports::router())
         .merge(api::proxy::router());
@@ -103,6 +105,8 @@ pub struct ServerConfig {
     pub public_metrics: bool,
     /// Sandbox networking.
     pub network: NetworkSettings,
+    /// Limits and quotas of user template builds.
+    pub builds: builds::BuildsConfig,
     /// Capacity and quotas (issue 8).
     pub capacity: CapacitySettings,
 }
@@ -246,11 +250,14 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
                 internet: cfg.network.internet_default,
             }),
             limits: cfg.capacity.limits()?,
+            builds: cfg.builds.clone(),
         },
     );
     host.recover()
         .await
         .map_err(|e| StartError::Recover(e.to_string()))?;
+    host.recover_builds().await;
+    host.spawn_build_workers();
     host.spawn_sweepers();
     host.spawn_health_monitor();
     host.prepare_template_images();

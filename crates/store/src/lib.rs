@@ -1,6 +1,6 @@
 //! The control-plane store: workspaces, API keys, sandboxes, code contexts, snapshots,
-//! lifecycle events and the intent records of operations in progress, in an embedded SQLite
-//! database (WAL mode) with numbered migrations.
+//! lifecycle events, the intent records of operations in progress and template builds, in an
+//! embedded SQLite database (WAL mode) with numbered migrations.
 //!
 //! The store is the source of truth across server restarts: on start the server re-adopts every
 //! sandbox row that is not deleted. All methods are synchronous and short (sub-millisecond on a
@@ -11,6 +11,7 @@ mod operations;
 mod rows;
 mod sandboxes;
 mod settings;
+mod template_builds;
 mod workspaces;
 
 pub use rows::*;

@@ -102,6 +102,28 @@ const MIGRATIONS: &[&str] = &[
         started_at INTEGER NOT NULL
     );
     "#,
+    // 4: template builds (issue 13).
+    r#"
+    CREATE TABLE template_builds (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT,
+        cpu INTEGER NOT NULL,
+        memory_mb INTEGER NOT NULL,
+        size_mb INTEGER NOT NULL,
+        bytes INTEGER,
+        build_id TEXT,
+        generation INTEGER,
+        cache_hit INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        started_at INTEGER,
+        ended_at INTEGER
+    );
+    CREATE INDEX template_builds_workspace ON template_builds(workspace_id, created_at);
+    "#,
 ];
 
 /// Runs every migration past the database's `user_version`, each in its own transaction.

@@ -120,3 +120,33 @@ pub struct OperationRow {
     pub detail: serde_json::Value,
     pub started_at: i64,
 }
+
+/// A template build (contract §2.8 TemplateBuild). `status` is `queued`, `running`, `done` or
+/// `failed`; times are Unix ms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateBuildRow {
+    /// `bld-` + 32 hex digits.
+    pub id: String,
+    pub workspace_id: String,
+    /// Template name (per workspace).
+    pub name: String,
+    /// `dockerfile` or `rootfs_tar`.
+    pub kind: String,
+    pub status: String,
+    /// Why it failed (with the failing command's output for a `RUN`).
+    pub error: Option<String>,
+    pub cpu: u32,
+    pub memory_mb: u32,
+    /// Disk size asked for, MiB.
+    pub size_mb: u32,
+    /// Size of the finished rootfs, bytes.
+    pub bytes: Option<i64>,
+    /// The template build it produced or reused (`<hash>-g<generation>`).
+    pub build_id: Option<String>,
+    pub generation: Option<i64>,
+    /// True when an unchanged rebuild reused the current build.
+    pub cache_hit: bool,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub ended_at: Option<i64>,
+}

@@ -2,6 +2,7 @@
 //! [`crate::app`]. Handlers parse input into typed values, call the host agent, and map the
 //! result to the wire types of `pandastack-api`.
 
+pub mod build_form;
 pub mod events;
 pub mod exec;
 pub mod fork;
@@ -15,6 +16,7 @@ pub mod proxy;
 pub mod repl;
 pub mod sandboxes;
 pub mod snapshots;
+pub mod template_builds;
 pub mod templates;
 pub mod tokens;
 

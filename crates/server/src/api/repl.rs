@@ -80,6 +80,7 @@ async fn create(
             (k.kernel_id, true)
         }
         None => {
+            no_python_check(&live).await?;
             let kernel_id = format!("k-{}", uuid::Uuid::new_v4().simple());
             let msg = HostMsg::KernelStart {
                 id: ready.conn.new_id(),
@@ -120,6 +121,30 @@ async fn create(
             adopted,
         }),
     ))
+}
+
+/// A template built from a rootfs without python3 runs exec and files, but no kernel: say so
+/// instead of a failed kernel start (issue 13). Looks at the sandbox's own rootfs build.
+///
+/// # Errors
+/// 400 naming the template.
+async fn no_python_check(live: &crate::host::Live) -> Result<(), ApiError> {
+    let row = live.snapshot_row().await;
+    let rootfs = std::path::PathBuf::from(&row.rootfs);
+    let python = tokio::task::spawn_blocking(move || {
+        pandastack_templates::custom::in_root::InRoot::open(&rootfs)
+            .map(|root| pandastack_templates::custom::finish::probe(&root).python)
+            .unwrap_or(true)
+    })
+    .await
+    .unwrap_or(true);
+    if python {
+        return Ok(());
+    }
+    Err(ApiError::BadRequest(format!(
+        "template {} has no Python (no python3 in its rootfs): code contexts need python3; exec and files work",
+        row.template
+    )))
 }
 
 async fn run(

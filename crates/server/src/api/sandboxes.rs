@@ -177,9 +177,15 @@ async fn create(
         },
         t,
     );
+    // User template names would make the label set unbounded: they count as "custom".
+    let label = if crate::host::catalog::is_builtin(&row.template) {
+        row.template.as_str()
+    } else {
+        "custom"
+    };
     crate::metrics::metrics()
         .created
-        .with_label_values(&[&row.template, &row.boot_mode])
+        .with_label_values(&[label, &row.boot_mode])
         .inc();
     Ok((StatusCode::CREATED, Json(sandbox_json(&row))))
 }

@@ -1,64 +1,99 @@
-//! `GET /v1/templates`, `GET /v1/templates/{name}` (contract §2.8): the templates baked on this
-//! host. Lists are bare arrays (TS needs one).
+//! `GET /v1/templates`, `GET /v1/templates/{name}`, `DELETE /v1/templates/{name}` (contract
+//! §2.8): the built-in templates baked on this host plus the caller's own (issue 13
+//! "Ownership": another workspace's template is 404, a built-in cannot be deleted). Lists are
+//! bare arrays (TS needs one).
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::host::catalog::is_builtin;
 use crate::AppState;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use pandastack_api::Template;
-use pandastack_templates::TemplateInfo;
+use pandastack_templates::{TemplateInfo, TemplateKind};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/templates", get(list))
-        .route("/templates/:name", get(get_one))
+        .route("/templates/:name", get(get_one).delete(delete))
 }
 
-fn wire(t: TemplateInfo) -> Template {
+/// The wire form of a template build.
+pub fn wire(t: TemplateInfo) -> Template {
+    let python = t.has_python();
     Template {
         name: t.name,
         generation: t.generation as i64,
         size_bytes: t.size_bytes,
         cpu: t.cpu,
         memory_mb: t.memory_mb,
-        is_global: true,
+        is_global: t.workspace.is_none(),
         description: t.description,
         hash: t.hash,
         built_at: t.built_at as i64,
+        workspace: t.workspace,
+        kind: match t.kind {
+            TemplateKind::Builtin => "builtin",
+            TemplateKind::Dockerfile => "dockerfile",
+            TemplateKind::RootfsTar => "rootfs_tar",
+        }
+        .into(),
+        base: t.base,
+        size_mb: t.disk_mb,
+        python,
     }
 }
 
-async fn list(
-    State(st): State<AppState>,
-    _caller: Caller,
-) -> Result<Json<Vec<Template>>, ApiError> {
-    let all = st
-        .host
-        .templates
-        .list()
-        .map_err(|e| ApiError::internal("template list", e))?;
+async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<Template>>, ApiError> {
+    let all = st.host.visible_templates(&caller.workspace_id)?;
     Ok(Json(all.into_iter().map(wire).collect()))
 }
 
 async fn get_one(
     State(st): State<AppState>,
-    _caller: Caller,
+    caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<Template>, ApiError> {
-    let not_found = || {
-        let shown: String = name.chars().take(64).collect();
-        ApiError::NotFound(format!("template {shown} not found"))
-    };
-    // A name that could never be a template (`../../etc`) is simply not found.
-    if pandastack_templates::validate_name(&name).is_err() {
-        return Err(not_found());
+    st.host
+        .find_template(&caller.workspace_id, &name)?
+        .map(|t| Json(wire(t)))
+        .ok_or_else(|| ApiError::NotFound(format!("template {} not found", shown(&name))))
+}
+
+async fn delete(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if is_builtin(&name) {
+        return Err(ApiError::Forbidden(format!(
+            "template {name} is built in and cannot be deleted"
+        )));
     }
-    let t = st
+    if pandastack_templates::validate_name(&name).is_err() {
+        return Err(ApiError::NotFound(format!(
+            "template {} not found",
+            shown(&name)
+        )));
+    }
+    let building = st
         .host
-        .templates
-        .get(&name)
-        .map_err(|e| ApiError::internal("template lookup", e))?;
-    t.map(|t| Json(wire(t))).ok_or_else(not_found)
+        .store
+        .unfinished_template_builds()?
+        .into_iter()
+        .any(|b| b.workspace_id == caller.workspace_id && b.name == name);
+    if building {
+        return Err(ApiError::Conflict(format!(
+            "template {name} has a build queued or running; wait for it to end"
+        )));
+    }
+    st.host.delete_template(&caller.workspace_id, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A name as it may be echoed in a message (cut, no control characters).
+fn shown(name: &str) -> String {
+    name.chars().filter(|c| !c.is_control()).take(64).collect()
 }

@@ -74,32 +74,30 @@ impl CreateSpec {
 }
 
 impl Host {
-    /// The current build of template `name`.
+    /// The current build of template `name` as workspace `workspace_id` sees it (a built-in
+    /// or one of its own; see [`super::catalog`]).
     ///
     /// # Errors
     /// 400 naming the template and the ones that exist when it is unknown or malformed.
-    pub fn template(&self, name: &str) -> Result<pandastack_templates::TemplateInfo, ApiError> {
-        let unknown = || {
-            let names: Vec<String> = self
-                .templates
-                .list()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|t| t.name)
-                .collect();
-            let shown: String = name.chars().take(64).collect();
-            ApiError::BadRequest(format!(
-                "template: unknown template '{shown}' (available: {})",
-                names.join(", ")
-            ))
-        };
-        if pandastack_templates::validate_name(name).is_err() {
-            return Err(unknown());
+    pub fn template(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<pandastack_templates::TemplateInfo, ApiError> {
+        if let Some(t) = self.find_template(workspace_id, name)? {
+            return Ok(t);
         }
-        self.templates
-            .get(name)
-            .map_err(|e| ApiError::internal("template lookup", e))?
-            .ok_or_else(unknown)
+        let names: Vec<String> = self
+            .visible_templates(workspace_id)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        let shown: String = name.chars().take(64).collect();
+        Err(ApiError::BadRequest(format!(
+            "template: unknown template '{shown}' (available: {})",
+            names.join(", ")
+        )))
     }
 
     /// Makes a new engine instance spec under `<data_dir>/instances/<instance id>`.
@@ -133,7 +131,7 @@ impl Host {
     /// the boot fails (the row is left `failed` and everything started is destroyed).
     pub async fn create(self: &Arc<Self>, spec: CreateSpec) -> Result<Arc<Live>, ApiError> {
         let started = Instant::now();
-        let tpl = self.template(&spec.template)?;
+        let tpl = self.template(&spec.workspace_id, &spec.template)?;
         self.check_disk_reserve("create", 0)?;
         let _admitted = self
             .admit(&spec.workspace_id, tpl.memory_mb, 1, true)

@@ -3,6 +3,7 @@
 //! row + event), and runs the background sweepers (TTL).
 
 mod admission;
+pub mod catalog;
 mod create;
 mod fork;
 mod guest_dir;
@@ -64,6 +65,8 @@ pub struct HostConfig {
     pub network: Option<NetworkDefaults>,
     /// Capacity of this host and workspace quotas (issue 8).
     pub limits: Limits,
+    /// Limits and quotas of user template builds.
+    pub builds: crate::builds::BuildsConfig,
 }
 
 /// Server-wide defaults of sandbox networking.
@@ -101,6 +104,8 @@ pub struct Host {
     teardowns: tokio_util::task::TaskTracker,
     /// Starts admitted and not yet finished (admission.rs).
     reserved: Arc<admission::Reserved>,
+    /// The template build queue.
+    pub builds: crate::builds::Builds,
 }
 
 impl Host {
@@ -112,6 +117,7 @@ impl Host {
         cfg: HostConfig,
     ) -> Arc<Self> {
         let (events, _) = broadcast::channel(1024);
+        let builds = crate::builds::Builds::new(cfg.builds.clone());
         Arc::new(Host {
             store,
             engine,
@@ -123,6 +129,7 @@ impl Host {
             events,
             teardowns: tokio_util::task::TaskTracker::new(),
             reserved: Arc::default(),
+            builds,
         })
     }
 
@@ -159,14 +166,14 @@ impl Host {
         self.map().get(id).cloned()
     }
 
-    /// Schedules template images of every baked template and prunes stale ones (at start).
+    /// Prunes template images of builds that are no longer current, and schedules the images
+    /// and warm pools of the built-ins (at start; user templates get theirs at build time, and
+    /// their pool on first use).
     pub fn prepare_template_images(self: &Arc<Self>) {
-        let Ok(all) = self.templates.list() else {
-            return;
-        };
+        let all = self.all_current_templates();
         let keep: Vec<PathBuf> = all.iter().map(|t| self.template_image_dir_of(t)).collect();
         template_image::prune_template_images(&self.cfg.data_dir, &keep);
-        for t in all {
+        for t in all.into_iter().filter(|t| t.workspace.is_none()) {
             if self.ready_template_image(&t).is_some() {
                 self.keep_restore_targets(&t);
                 self.refill_pool(t);

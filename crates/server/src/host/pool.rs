@@ -8,7 +8,12 @@
 //! follows demand: the largest number of claims seen within any [`BURST_WINDOW`] of the last
 //! [`HISTORY`], between `--pool-size` and `--pool-max`. When demand goes, the sweeper trims the
 //! pool back to `--pool-size`.
+//!
+//! The built-ins are pooled from server start; a user template from its first create. Pools are
+//! keyed by [`template_key`], and an instance is only added while its template image exists,
+//! so [`Host::drain_pool`] after removing an image leaves none behind.
 
+use super::catalog::template_key;
 use super::{CreateSpec, Host, Live};
 use crate::error::ApiError;
 use crate::guest::GuestConn;
@@ -73,7 +78,7 @@ impl TemplatePool {
     }
 }
 
-/// Pooled instances by template name.
+/// Pooled instances by template key.
 #[derive(Default)]
 pub struct Pool {
     templates: Mutex<HashMap<String, TemplatePool>>,
@@ -107,9 +112,10 @@ impl Host {
         started: Instant,
     ) -> Option<Result<Arc<Live>, ApiError>> {
         let image = self.ready_template_image(tpl)?.display().to_string();
+        let key = template_key(tpl);
         self.pool
             .lock()
-            .entry(tpl.name.clone())
+            .entry(key.clone())
             .or_default()
             .claims
             .push_back(Instant::now());
@@ -117,7 +123,7 @@ impl Host {
             let candidate = self
                 .pool
                 .lock()
-                .get_mut(&tpl.name)
+                .get_mut(&key)
                 .and_then(|t| t.ready.pop());
             let Some(p) = candidate else { break None };
             if p.image == image && p.conn.is_alive() {
@@ -129,7 +135,11 @@ impl Host {
         self.refill_pool(tpl.clone());
         crate::metrics::metrics()
             .pool_claims
-            .with_label_values(&[&tpl.name, if pooled.is_some() { "hit" } else { "miss" }])
+            .with_label_values(&[
+                // User template names would make the label set unbounded.
+                if tpl.workspace.is_some() { "custom" } else { &tpl.name },
+                if pooled.is_some() { "hit" } else { "miss" },
+            ])
             .inc();
         let p = pooled?;
         let mut row = spec.row(
@@ -192,7 +202,7 @@ impl Host {
         }
         let spawn = {
             let mut pools = self.pool.lock();
-            let t = pools.entry(tpl.name.clone()).or_default();
+            let t = pools.entry(template_key(&tpl)).or_default();
             let goal = self.pool_goal(t);
             let short = goal.saturating_sub(t.ready.len() + t.in_flight);
             let spawn = short.min(PARALLEL_REFILLS.saturating_sub(t.workers));
@@ -208,10 +218,11 @@ impl Host {
 
     /// One refill worker: restores until the pool has its goal (counting restores in flight).
     async fn pool_worker(self: Arc<Self>, tpl: TemplateInfo) {
+        let key = template_key(&tpl);
         loop {
             let go = {
                 let mut pools = self.pool.lock();
-                let t = pools.entry(tpl.name.clone()).or_default();
+                let t = pools.entry(key.clone()).or_default();
                 let goal = self.pool_goal(t);
                 let go = !self.pool.closed.load(std::sync::atomic::Ordering::SeqCst)
                     && t.ready.len() + t.in_flight < goal;
@@ -227,10 +238,20 @@ impl Host {
             }
             let restored = self.restore_for_pool(&tpl).await;
             let mut pools = self.pool.lock();
-            let t = pools.entry(tpl.name.clone()).or_default();
+            let t = pools.entry(key.clone()).or_default();
             t.in_flight -= 1;
             match restored {
-                Some(p) => t.ready.push(p),
+                // Added under the pool lock only while the image still exists: a template
+                // deleted meanwhile removed it first, then drained the pool.
+                Some(p) if std::path::Path::new(&p.image).join("ready").exists() => {
+                    t.ready.push(p)
+                }
+                Some(p) => {
+                    t.workers -= 1;
+                    drop(pools);
+                    self.destroy_instance_later(p.spec.instance_id, p.spec.dir);
+                    return;
+                }
                 None => {
                     t.workers -= 1;
                     return;
@@ -279,6 +300,26 @@ impl Host {
                 let _ = self.engine.destroy(&spec.instance_id, &spec.dir).await;
                 None
             }
+        }
+    }
+
+    /// Destroys (in the background) the pooled instances of template `key` restored from one
+    /// of `images`.
+    pub(crate) async fn drain_pool(&self, key: &str, images: &[std::path::PathBuf]) {
+        let images: Vec<String> = images.iter().map(|p| p.display().to_string()).collect();
+        let drained: Vec<Pooled> = {
+            let mut pools = self.pool.lock();
+            let Some(t) = pools.get_mut(key) else {
+                return;
+            };
+            let (gone, kept) = std::mem::take(&mut t.ready)
+                .into_iter()
+                .partition(|p| images.contains(&p.image));
+            t.ready = kept;
+            gone
+        };
+        for p in drained {
+            self.destroy_instance_later(p.spec.instance_id, p.spec.dir);
         }
     }
 

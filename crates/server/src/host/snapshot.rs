@@ -152,17 +152,14 @@ impl Host {
     /// # Errors
     /// 409 saying which generation the snapshot needs and which is current.
     pub fn check_generation(&self, snap: &SnapshotRow) -> Result<(), ApiError> {
-        let current = self
-            .templates
-            .get(&snap.template)
-            .map_err(|e| ApiError::internal("template lookup", e))?;
+        let current = self.find_template(&snap.workspace_id, &snap.template)?;
         match current {
             Some(t) if t.generation as i64 == snap.template_generation => Ok(()),
             Some(t) => Err(ApiError::Conflict(format!(
                 "snapshot {} was taken on template {} generation {}, but the template was re-baked (now generation {}); take a new snapshot",
                 snap.id, snap.template, snap.template_generation, t.generation
             ))),
-            None => Err(ApiError::Conflict(format!("snapshot {} needs template {}, which is not baked on this host", snap.id, snap.template))),
+            None => Err(ApiError::Conflict(format!("snapshot {} needs template {}, which does not exist on this host (deleted, or never baked here)", snap.id, snap.template))),
         }
     }
 

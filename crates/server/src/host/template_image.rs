@@ -3,12 +3,15 @@
 //! no snapshot yet").
 //!
 //! For each template build and guest daemon version the host keeps one checkpoint image under
-//! `<data_dir>/template-images/<template>/<build id>-<guest dir name>/`. It is made in the
-//! background the first time a template is used (or at server start): a cold boot, a warm-up
-//! (templates with pandas get a kernel that already imported pandas, numpy and matplotlib:
-//! ~1.3 s saved on every first cell), then `runsc checkpoint`. Later creates restore it
-//! (uncompressed, ~150-250 ms here) instead of booting cold.
+//! `<data_dir>/template-images/<template key>/<build id>-<guest dir name>/` (the key is the
+//! name, or `<name>@<workspace>` for a user template). It is made in the background the first
+//! time a template is used (or at server start), and by a user template's build before the
+//! build is published: a cold boot, a warm-up (templates with pandas and IPython get a kernel
+//! that already imported pandas, numpy and matplotlib: ~1.3 s saved on every first cell; other
+//! templates with IPython get a started kernel), then `runsc checkpoint`. Later creates restore
+//! it (uncompressed, ~150-250 ms here) instead of booting cold.
 
+use super::catalog::template_key;
 use super::{Host, Live};
 use crate::error::ApiError;
 use crate::guest::GuestConn;
@@ -46,7 +49,7 @@ impl Host {
         self.cfg
             .data_dir
             .join("template-images")
-            .join(&tpl.name)
+            .join(template_key(tpl))
             .join(format!("{}-{guest}{mode}", tpl.build_id))
     }
 
@@ -106,7 +109,12 @@ impl Host {
         });
     }
 
-    async fn build_template_image(&self, tpl: &TemplateInfo) -> Result<(), ApiError> {
+    /// Boots `tpl` once, warms it up and checkpoints it into its template image directory
+    /// (replacing what was there). User builds call this before they publish.
+    ///
+    /// # Errors
+    /// 500 naming the step that failed; nothing is left on disk or running.
+    pub(crate) async fn build_template_image(&self, tpl: &TemplateInfo) -> Result<(), ApiError> {
         let dir = self.template_image_dir(tpl);
         let partial = dir.with_extension("partial");
         let _ = std::fs::remove_dir_all(&partial);
@@ -130,8 +138,8 @@ impl Host {
             .map_err(|e| ApiError::internal("template boot", e))?;
         let result = async {
             let conn = GuestConn::connect(&inst.guest_socket, Duration::from_secs(20)).await?;
-            if tpl.packages.iter().any(|p| p == "python3-pandas") {
-                warm_kernel(&conn, &tpl.name).await?;
+            if let Some(code) = warm_up(tpl) {
+                warm_kernel(&conn, &tpl.name, code).await?;
             }
             self.engine
                 .checkpoint(&spec.instance_id, &partial, false)
@@ -171,7 +179,7 @@ impl Host {
             return None;
         };
         let base = pandastack_store::SnapshotRow {
-            id: format!("template-{}", tpl.name),
+            id: format!("template-{}", template_key(tpl)),
             workspace_id: spec.workspace_id.clone(),
             sandbox_id: String::new(),
             template: tpl.name.clone(),
@@ -201,7 +209,22 @@ impl Host {
     }
 }
 
-async fn warm_kernel(conn: &GuestConn, template: &str) -> Result<(), ApiError> {
+/// The warm-up of a template snapshot: the pandas cell for templates with pandas and IPython
+/// (the built-in code-interpreter, and user templates built on it), an idle started kernel
+/// (`""`) for other templates with IPython, nothing for the rest.
+fn warm_up(tpl: &TemplateInfo) -> Option<&'static str> {
+    let pandas = tpl.packages.iter().any(|p| p == "python3-pandas")
+        || tpl.probes.is_some_and(|p| p.pandas && p.ipython);
+    if pandas {
+        Some(WARMUP_CODE)
+    } else if tpl.probes.is_some_and(|p| p.ipython) {
+        Some("")
+    } else {
+        None
+    }
+}
+
+async fn warm_kernel(conn: &GuestConn, template: &str, code: &str) -> Result<(), ApiError> {
     let kernel_id = format!("{TEMPLATE_KERNEL_PREFIX}{template}");
     let start = HostMsg::KernelStart {
         id: conn.new_id(),
@@ -218,10 +241,13 @@ async fn warm_kernel(conn: &GuestConn, template: &str) -> Result<(), ApiError> {
             ))
         }
     }
+    if code.is_empty() {
+        return Ok(());
+    }
     let run = HostMsg::KernelRun {
         id: conn.new_id(),
         kernel_id,
-        code: WARMUP_CODE.into(),
+        code: code.into(),
         timeout_ms: Some(120_000),
     };
     match conn.call(run).await? {

@@ -8,10 +8,13 @@
 //! several sources or a directory source, or when it already is one; a relative destination is
 //! under `WORKDIR`. Uploaded files carry no permissions (the SDKs send bytes only), so a copied
 //! file gets 0755 when it starts with `#!` and 0644 otherwise, unless `--chmod` says; owner
-//! root unless `--chown`.
+//! root unless `--chown`. `ADD` is `COPY`, except that a local tar archive (plain or gzip) is
+//! unpacked into the destination directory (with the rootfs tar rules) and a URL is refused
+//! (no network here: download it in a `RUN`).
 
 use super::context::{Context, ContextFile};
 use super::in_root::{InRoot, Owner};
+use super::rootfs_tar;
 use std::fs::File;
 use std::io::{self, Read};
 
@@ -30,7 +33,16 @@ pub struct CopyPlan<'a> {
     pub dest: &'a str,
     pub owner: Option<Owner>,
     pub chmod: Option<u32>,
+    /// `ADD`: unpack local archives, refuse URLs.
+    pub add: bool,
 }
+
+/// Limits of an archive `ADD` unpacks (the workspace's template storage quota applies to the
+/// result as a whole).
+const ADD_LIMITS: rootfs_tar::Limits = rootfs_tar::Limits {
+    max_bytes: 16 << 30,
+    max_entries: 2_000_000,
+};
 
 enum Source<'c> {
     File(&'c ContextFile),
@@ -46,6 +58,11 @@ enum Source<'c> {
 pub fn copy(root: &InRoot, ctx: &Context, plan: &CopyPlan<'_>) -> Result<Copied, String> {
     let mut sources = Vec::new();
     for raw in plan.sources {
+        if plan.add && raw.contains("://") {
+            return Err(format!(
+                "ADD {raw}: URLs are not supported (download it in a RUN step)"
+            ));
+        }
         let matched = resolve_source(ctx, raw)?;
         if matched.is_empty() {
             return Err(format!("{raw}: no such file in the build context"));
@@ -65,6 +82,16 @@ pub fn copy(root: &InRoot, ctx: &Context, plan: &CopyPlan<'_>) -> Result<Copied,
     }
     for source in sources {
         match source {
+            Source::File(f) if plan.add && is_archive(f) => {
+                root.mkdir_all(dest, dir_mode, plan.owner)
+                    .map_err(|e| format!("cannot create {dest}/: {e}"))?;
+                let file =
+                    File::open(&f.file).map_err(|e| format!("cannot read {}: {e}", f.path))?;
+                let done = rootfs_tar::unpack(file, root, dest, ADD_LIMITS, false)
+                    .map_err(|e| format!("ADD {}: {e}", f.path))?;
+                copied.files += done.entries as usize;
+                copied.bytes += done.bytes;
+            }
             Source::File(f) => {
                 let target = if dest_is_dir {
                     format!("{dest}/{}", basename(&f.path))
@@ -157,6 +184,24 @@ fn resolve_source<'c>(ctx: &'c Context, raw: &str) -> Result<Vec<Source<'c>>, St
             .map(Source::Dir),
     );
     Ok(out)
+}
+
+/// A tar (`ustar` magic at byte 257) or a gzip stream (Docker unpacks both for `ADD`).
+fn is_archive(f: &ContextFile) -> bool {
+    let mut head = [0u8; 262];
+    let n = File::open(&f.file)
+        .and_then(|mut file| {
+            let mut read = 0;
+            while read < head.len() {
+                match file.read(&mut head[read..])? {
+                    0 => break,
+                    n => read += n,
+                }
+            }
+            Ok(read)
+        })
+        .unwrap_or(0);
+    (n >= 2 && head[..2] == [0x1f, 0x8b]) || (n >= 262 && &head[257..262] == b"ustar")
 }
 
 fn basename(path: &str) -> &str {
@@ -258,6 +303,7 @@ mod tests {
                 dest,
                 owner: None,
                 chmod: None,
+                add: false,
             },
         )
     }
@@ -325,11 +371,64 @@ mod tests {
                 dest: "/d/",
                 owner: Some((1000, 1000)),
                 chmod: Some(0o600),
+                add: false,
             },
         )
         .unwrap();
         let m = std::fs::metadata(rootfs.join("d/a")).unwrap();
         assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (1000, 1000, 0o600));
+    }
+
+    #[test]
+    fn add_unpacks_archives_and_refuses_urls() {
+        let tmp = TempDir::new("copy-add");
+        let rootfs = tmp.path().join("rootfs");
+        std::fs::create_dir_all(&rootfs).unwrap();
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_path("pkg/data.txt").unwrap();
+        h.set_size(3);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append(&h, &b"abc"[..]).unwrap();
+        let archive = b.into_inner().unwrap();
+        let store = tmp.path().join("ctx");
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(store.join("0"), &archive).unwrap();
+        let ctx = Context::new(vec![ContextFile {
+            path: "bundle.tar".into(),
+            file: store.join("0"),
+            size: archive.len() as u64,
+            sha256: String::new(),
+        }])
+        .unwrap();
+        let root = InRoot::open(&rootfs).unwrap();
+        let add = |sources: Vec<String>, dest: &str| {
+            copy(
+                &root,
+                &ctx,
+                &CopyPlan {
+                    sources: &sources,
+                    dest,
+                    owner: None,
+                    chmod: None,
+                    add: true,
+                },
+            )
+        };
+        add(vec!["bundle.tar".into()], "/opt").unwrap();
+        assert_eq!(
+            std::fs::read(rootfs.join("opt/pkg/data.txt")).unwrap(),
+            b"abc"
+        );
+        let e = add(vec!["https://example.com/x.tgz".into()], "/opt").unwrap_err();
+        assert!(e.contains("URLs are not supported"), "{e}");
+        // COPY of the same file copies it as it is.
+        run(&root, &ctx, &["bundle.tar"], "/copy/").unwrap();
+        assert_eq!(
+            std::fs::read(rootfs.join("copy/bundle.tar")).unwrap(),
+            archive
+        );
     }
 
     #[test]

@@ -261,6 +261,27 @@ impl InRoot {
         }
     }
 
+    /// Removes the non-directory entry at `path` (a final symlink itself, not its target);
+    /// nothing there is fine.
+    ///
+    /// # Errors
+    /// EISDIR for a directory, `..` in the path, I/O errors.
+    pub fn remove_file(&self, path: &str) -> io::Result<()> {
+        let parts = components(path)?;
+        let Some((name, parent)) = parts.split_last() else {
+            return Err(io::Error::from_raw_os_error(libc::EISDIR));
+        };
+        let dir = match self.resolve(parent, OFlags::DIRECTORY | OFlags::RDONLY) {
+            Ok(d) => d,
+            Err(e) if is_absent(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match rustix::fs::unlinkat(&dir, *name, AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Sets mode and owner of an existing directory `path` (tar entries for directories that
     /// already exist, `COPY --chown` of a directory).
     ///
@@ -454,5 +475,12 @@ mod tests {
         t.symlink("s", "/f", None).unwrap();
         assert_eq!(t.kind("s").unwrap(), Some(Kind::Symlink));
         assert_eq!(t.list("/").len(), 5);
+        t.remove_file("s").unwrap();
+        t.remove_file("s").unwrap();
+        assert!(
+            root.join("f").exists(),
+            "removing a symlink leaves its target"
+        );
+        assert!(t.remove_file("a").is_err());
     }
 }

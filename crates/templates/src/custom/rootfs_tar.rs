@@ -100,10 +100,16 @@ pub fn unpack(
         };
         let header = entry.header();
         let kind = header.entry_type();
-        let mode = header.mode().map_err(|e| bad(&raw, &e))?;
+        // Empty numeric fields (some writers leave them blank) read as GNU tar reads them.
+        let default_mode = if kind == EntryType::Directory {
+            0o755
+        } else {
+            0o644
+        };
+        let mode = header.mode().unwrap_or(default_mode);
         let owner = (
-            header.uid().map_err(|e| bad(&raw, &e))? as u32,
-            header.gid().map_err(|e| bad(&raw, &e))? as u32,
+            u32::try_from(header.uid().unwrap_or(0)).map_err(|_| bad(&raw, "uid"))?,
+            u32::try_from(header.gid().unwrap_or(0)).map_err(|_| bad(&raw, "gid"))?,
         );
         let mtime = header.mtime().unwrap_or(0) as i64;
         check_setid(&rel, kind, mode)?;
@@ -169,8 +175,8 @@ pub fn unpack(
     Ok(done)
 }
 
-fn bad(raw: &str, e: &io::Error) -> TarError {
-    TarError(format!("{raw}: bad header: {e}"))
+fn bad(raw: &str, field: &str) -> TarError {
+    TarError(format!("{raw}: bad {field} in the tar header"))
 }
 
 /// The entry's normalised relative path; `None` for the archive root (`./`).

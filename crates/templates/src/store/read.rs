@@ -143,6 +143,19 @@ impl TemplateStore {
         Ok(Some(current))
     }
 
+    /// Removes the partial builds and half-done removals a crash left in every template here
+    /// (start-up of the only process that builds into this store).
+    ///
+    /// # Errors
+    /// [`StoreError`] when a directory cannot be read or removed.
+    pub fn remove_interrupted(&self) -> Result<(), StoreError> {
+        for name in self.names()? {
+            layout::remove_stale(&self.template_dir(&name))
+                .map_err(StoreError::io(name.clone()))?;
+        }
+        Ok(())
+    }
+
     /// Names of the templates with a directory here, current or not (retired ones whose
     /// builds are still on disk included), sorted.
     ///
