@@ -1,4 +1,5 @@
-"""Deletes every sandbox of the given workspaces through a PandaStack server's REST API.
+"""Deletes every sandbox (and every template the workspace built) of the given workspaces
+through a PandaStack server's REST API.
 
 Used by scripts/test.sh's exit trap (stdlib only, so it runs even when the test venv is
 missing) and by the pytest harness. Keys come from --keys (one per line) and --admin-env
@@ -57,7 +58,25 @@ def sweep(url: str, keys: list[str], timeout: float = 60.0) -> list[str]:
             except (urllib.error.URLError, OSError) as e:
                 failed.append(sb["id"])
                 print(f"sweep: deleting {sb['id']} failed: {e}", file=sys.stderr)
+        sweep_templates(url, key, timeout)
     return failed
+
+
+def sweep_templates(url: str, key: str, timeout: float) -> None:
+    """Deletes the templates a workspace built (the built-ins are global and stay)."""
+    try:
+        templates = _call(url, key, "GET", "/v1/templates", timeout) or []
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        print(f"sweep: listing templates failed: {e}", file=sys.stderr)
+        return
+    for t in templates:
+        if t.get("is_global", True):
+            continue
+        try:
+            _call(url, key, "DELETE", f"/v1/templates/{t['name']}", timeout)
+            print(f"sweep: deleted template {t['name']}")
+        except (urllib.error.URLError, OSError) as e:
+            print(f"sweep: deleting template {t['name']} failed: {e}", file=sys.stderr)
 
 
 def main() -> int:

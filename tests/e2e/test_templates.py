@@ -13,6 +13,7 @@ stays as it was.
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -456,3 +457,40 @@ def test_template_quotas(quota_server, server, tmp_path):
         timeout=30,
     )
     assert_json_error(resp, "template quota", status=429)
+
+
+def test_cli_template_commands(server, tpl_key, tmp_path):
+    """`pandastack template build/list/get/builds/build-logs/delete` as a user runs them."""
+    from test_cli import Cli
+
+    cli = Cli(server, tmp_path)
+    cli.env["PANDASTACK_API_KEY"] = tpl_key
+    (tmp_path / "ctx" / "sub").mkdir(parents=True)
+    (tmp_path / "ctx" / "sub" / "hello.txt").write_text("hi from the cli\n")
+    (tmp_path / "Dockerfile").write_text("FROM base\nCOPY sub/hello.txt /hello.txt\nRUN cat /hello.txt\n")
+    (tmp_path / "Bad").write_text("FROM base\nRUN echo about-to-fail; exit 7\n")
+    (tmp_path / "tiny.tar").write_bytes(tiny_rootfs_tar(server))
+    try:
+        p = cli.run("pandastack template build e2e-cli -f Dockerfile --context ctx --cpu 1 --memory-mb 512", timeout=BUILD_TIMEOUT)
+        assert "Step 2/2 : RUN cat /hello.txt" in p.stdout and "hi from the cli" in p.stdout, p.stdout
+        assert "template e2e-cli is ready (generation 1)" in p.stderr, p.stderr
+        p = cli.run("pandastack template build e2e-cli -f Dockerfile --context ctx --cpu 1 --memory-mb 512")
+        assert "nothing changed" in p.stderr, p.stderr
+        listed = cli.run("pandastack template list").stdout
+        assert "e2e-cli" in listed and "base" in listed, listed
+        got = cli.run("pandastack template get e2e-cli").stdout.split()
+        assert got[got.index("kind") + 1] == "dockerfile" and got[got.index("base") + 1] == "base", got
+        builds = json.loads(cli.run("pandastack template builds -o json").stdout)
+        assert builds[0]["name"] == "e2e-cli" and builds[0]["status"] == "done", builds
+        logs = cli.run(f"pandastack template build-logs {builds[1]['id']}").stdout
+        assert "hi from the cli" in logs, logs
+        bad = cli.run("pandastack template build e2e-cli-bad -f Bad", ok=False, timeout=BUILD_TIMEOUT)
+        assert bad.returncode == 1 and "about-to-fail" in bad.stdout, (bad.stdout, bad.stderr)
+        assert "failed" in bad.stderr and "exit code 7" in bad.stderr, bad.stderr
+        p = cli.run("pandastack template build e2e-cli-tar --rootfs tiny.tar", timeout=BUILD_TIMEOUT)
+        assert "Unpacked" in p.stdout, p.stdout
+        cli.run("pandastack template delete e2e-cli")
+        gone = cli.run("pandastack template get e2e-cli", ok=False)
+        assert gone.returncode == 1 and "not found" in gone.stderr, gone.stderr
+    finally:
+        delete_workspace_templates(server.url, tpl_key)

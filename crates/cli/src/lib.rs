@@ -28,8 +28,12 @@
 //! - `sandbox events` without an id, or with `--follow`, streams the workspace's events (one
 //!   line each; JSON: one document per line) until interrupted.
 //! - `token create` prints the secret on the first line: `token  pds_...`.
+//! - `template build` streams the build log to stdout (stderr with `-o json`, which then prints
+//!   the final TemplateBuild) and exits 1 when the build failed; `template build-logs` prints
+//!   log lines.
 //!
-//! Progress bars (`fs upload`/`fs download`) and notes go to stderr, bars only on a terminal.
+//! Progress bars (`fs upload`/`fs download`), the build progress line and notes go to stderr,
+//! bars and the progress line only on a terminal.
 //!
 //! # Exit codes
 //!
@@ -61,7 +65,8 @@ pub enum Command {
     Fs(commands::fs::FsArgs),
     /// Snapshots of the workspace: list, delete.
     Snapshot(commands::snapshot::SnapshotArgs),
-    /// Templates: list (server), bake (on the server host).
+    /// Templates: list, get, delete, build (Dockerfile or rootfs tar), builds, build logs;
+    /// bake (on the server host).
     Template(commands::template::TemplateArgs),
     /// API keys of the workspace: create, list, revoke.
     Token(commands::token::TokenArgs),

@@ -22,6 +22,8 @@ pub(crate) enum Body {
     Bytes(Bytes),
     /// `application/octet-stream` from a stream: sent once, never retried.
     Stream(reqwest::Body),
+    /// `multipart/form-data` (template builds, contract §2.8): sent once, never retried.
+    Multipart(Option<reqwest::multipart::Form>),
 }
 
 /// How long a call may take, from sending until its whole reply is read.
@@ -138,7 +140,8 @@ impl Client {
             Body::Bytes(b) => rb
                 .header(CONTENT_TYPE, "application/octet-stream")
                 .body(b.clone()),
-            Body::Stream(_) if attempt > 0 => return None,
+            Body::Stream(_) | Body::Multipart(_) if attempt > 0 => return None,
+            Body::Multipart(form) => rb.multipart(form.take()?),
             Body::Stream(s) => {
                 let body = std::mem::replace(s, reqwest::Body::from(Vec::new()));
                 rb.header(CONTENT_TYPE, "application/octet-stream")
@@ -154,7 +157,7 @@ impl Client {
     /// [`Error::Connection`] without an answer; the mapped API error for a non-2xx.
     pub(crate) async fn send(&self, mut call: Call) -> Result<Response> {
         let started = Instant::now();
-        let resendable = !matches!(call.body, Body::Stream(_));
+        let resendable = !matches!(call.body, Body::Stream(_) | Body::Multipart(_));
         let mut not_found_retried = false;
         let (mut warmups, mut capacity_tries) = (0u32, 0usize);
         let mut attempt = 0;

@@ -76,6 +76,7 @@ mod http;
 mod retry;
 mod sandbox;
 mod sse;
+pub mod template_builds;
 mod workspace;
 
 pub use client::{

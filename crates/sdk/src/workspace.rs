@@ -16,10 +16,10 @@ pub struct Snapshots<'a> {
     client: &'a Client,
 }
 
-/// `client.templates()`.
+/// `client.templates()` (builds: [`crate::template_builds`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Templates<'a> {
-    client: &'a Client,
+    pub(crate) client: &'a Client,
 }
 
 /// `client.tokens()`: the workspace's API keys.
@@ -34,7 +34,7 @@ impl Client {
         Snapshots { client: self }
     }
 
-    /// The templates baked on the server.
+    /// The templates: the server's built-ins and the workspace's own.
     pub fn templates(&self) -> Templates<'_> {
         Templates { client: self }
     }
@@ -121,7 +121,8 @@ impl Snapshots<'_> {
 }
 
 impl Templates<'_> {
-    /// The templates baked on this server (`GET /v1/templates`).
+    /// The built-in templates baked on this server and the workspace's own
+    /// (`GET /v1/templates`).
     ///
     /// # Errors
     /// As any call.

@@ -1,20 +1,18 @@
 //! `template build NAME -f Dockerfile [--context DIR] [--cpu N] [--memory-mb M] [--size-mb S]`
 //! and `template build NAME --rootfs rootfs.tar`: `POST /v1/templates/build` as multipart
-//! (contract §2.8: text fields, one file part per context file named by its relative path, or
-//! a `rootfs` file part), then the build log streamed live to stdout (`GET .../logs?follow=1`)
+//! through the SDK (contract §2.8: text fields, one file part per context file named by its
+//! relative path, or a `rootfs` file part), then the build log streamed live to stdout
+//! (`GET .../logs?follow=1`)
 //! with a progress line on stderr when it is a terminal, then the final status. Exits 0 when
 //! the build is done, 1 when it failed (its error printed). `--no-wait` prints the queued build
 //! instead. With `-o json` the log goes to stderr and the final TemplateBuild to stdout.
 
 use super::build_logs;
-use crate::client::Timeout;
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::{CliError, Result};
-use crate::output::{self, decode};
+use crate::output;
 use clap::Args;
-use pandastack_api::TemplateBuild;
-use reqwest::blocking::multipart::{Form, Part};
-use reqwest::Method;
+use pandastack_sdk::template_builds::{BuildOptions, ContextFile};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -52,15 +50,32 @@ pub struct BuildArgs {
 /// Submits the build and follows it; returns the exit code.
 pub fn run(args: &BuildArgs, ctx: &Ctx) -> Result<i32> {
     let client = ctx.client()?;
-    let form = form(args)?;
-    let rb = client
-        .request(Method::POST, &["templates", "build"], &[], Timeout::Stream)
-        .multipart(form);
-    let accepted = client.json(rb)?;
-    let build: TemplateBuild = decode(&accepted, "POST /v1/templates/build")?;
+    let options = BuildOptions {
+        cpu: args.cpu,
+        memory_mb: args.memory_mb,
+        size_mb: args.size_mb,
+    };
+    let templates = client.templates();
+    let build = if let Some(rootfs) = &args.rootfs {
+        ctx.block(templates.build_rootfs(&args.name, rootfs, &options))?
+    } else {
+        let Some(path) = &args.file else {
+            return Err(CliError::Usage("give -f DOCKERFILE or --rootfs TAR".into()));
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::io(format!("reading {}", path.display()), e))?;
+        let context = match &args.context {
+            Some(dir) => context_files(dir)?
+                .into_iter()
+                .map(|(path, file)| ContextFile { path, file })
+                .collect(),
+            None => Vec::new(),
+        };
+        ctx.block(templates.build_from_dockerfile(&args.name, &text, &context, &options))?
+    };
     if args.no_wait {
         if ctx.json() {
-            return output::json(&accepted).map(|_| 0);
+            return print_json(&build).map(|_| 0);
         }
         return output::line(&format!(
             "build {} of template {} is {}",
@@ -74,28 +89,22 @@ pub fn run(args: &BuildArgs, ctx: &Ctx) -> Result<i32> {
     );
     let mut progress = Spinner::new(&build.name);
     let to_stderr = ctx.json();
-    let mut write_failed = None;
-    build_logs::stream(&client, &build.id, true, &mut |line| {
+    build_logs::stream(ctx, &client, &build.id, true, &mut |line| {
         progress.clear();
-        let res = if to_stderr {
+        let written = if to_stderr {
             writeln!(std::io::stderr(), "{line}")
         } else {
             let mut out = std::io::stdout();
             writeln!(out, "{line}").and_then(|_| out.flush())
         };
-        if let Err(e) = res {
-            write_failed.get_or_insert(e);
-        }
+        written.map_err(|e| CliError::io("writing the build log", e))?;
         progress.update(line);
+        Ok(())
     })?;
     progress.clear();
-    if let Some(e) = write_failed {
-        return Err(CliError::io("writing the build log", e));
-    }
-    let reply = client.get_json(&["templates", "builds", &build.id], &[])?;
-    let last: TemplateBuild = decode(&reply, "GET /v1/templates/builds/{id}")?;
+    let last = ctx.block(templates.get_build(&build.id))?;
     if ctx.json() {
-        output::json(&reply)?;
+        print_json(&last)?;
     }
     match last.status.as_str() {
         "done" => {
@@ -121,46 +130,6 @@ pub fn run(args: &BuildArgs, ctx: &Ctx) -> Result<i32> {
             last.id
         ))),
     }
-}
-
-/// The multipart body for `args`.
-///
-/// Errors: a file cannot be read.
-pub fn form(args: &BuildArgs) -> Result<Form> {
-    let mut form = Form::new().text("name", args.name.clone());
-    for (key, value) in [
-        ("cpu", args.cpu),
-        ("memory_mb", args.memory_mb),
-        ("size_mb", args.size_mb),
-    ] {
-        if let Some(v) = value {
-            form = form.text(key, v.to_string());
-        }
-    }
-    if let Some(path) = &args.rootfs {
-        let part =
-            Part::file(path).map_err(|e| CliError::io(format!("reading {}", path.display()), e))?;
-        return Ok(form.part(
-            "rootfs",
-            part.mime_str("application/x-tar")
-                .map_err(|e| CliError::Usage(e.to_string()))?,
-        ));
-    }
-    let Some(dockerfile) = &args.file else {
-        return Err(CliError::Usage("give -f DOCKERFILE or --rootfs TAR".into()));
-    };
-    let text = std::fs::read_to_string(dockerfile)
-        .map_err(|e| CliError::io(format!("reading {}", dockerfile.display()), e))?;
-    form = form.text("dockerfile", text);
-    if let Some(dir) = &args.context {
-        for (rel, path) in context_files(dir)? {
-            let part = Part::file(&path)
-                .map_err(|e| CliError::io(format!("reading {}", path.display()), e))?
-                .file_name(rel.clone());
-            form = form.part(rel, part);
-        }
-    }
-    Ok(form)
 }
 
 /// Regular files under `dir` (symlinks to files followed, symlinked directories not), with

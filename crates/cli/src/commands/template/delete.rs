@@ -1,14 +1,15 @@
-//! `template delete NAME`: `DELETE /v1/templates/{name}` (403 for a built-in).
+//! `template delete NAME`: `DELETE /v1/templates/{name}` (204; 403 for a built-in).
 
 use crate::commands::Ctx;
 use crate::error::Result;
 use crate::output;
 
-/// Deletes the template; prints `deleted template NAME`.
+/// Deletes the template; prints `deleted template NAME` (nothing with `-o json`).
 pub fn run(name: &str, ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.delete(&["templates", name], &[])?;
+    let client = ctx.client()?;
+    ctx.block(client.templates().delete(name))?;
     if ctx.json() {
-        return output::json(&reply);
+        return Ok(());
     }
     output::line(&format!("deleted template {name}"))
 }

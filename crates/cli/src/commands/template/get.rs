@@ -1,17 +1,16 @@
 //! `template get NAME`: `GET /v1/templates/{name}` (404 for another workspace's template).
 
-use crate::commands::Ctx;
+use crate::commands::{print_json, Ctx};
 use crate::error::Result;
-use crate::output::{self, decode};
-use pandastack_api::Template;
+use crate::output;
 
 /// Prints one template as `key  value` lines.
 pub fn run(name: &str, ctx: &Ctx) -> Result<()> {
-    let reply = ctx.client()?.get_json(&["templates", name], &[])?;
+    let client = ctx.client()?;
+    let t = ctx.block(client.templates().get(name))?;
     if ctx.json() {
-        return output::json(&reply);
+        return print_json(&t);
     }
-    let t: Template = decode(&reply, "GET /v1/templates/{name}")?;
     output::pairs(&[
         ("name", t.name),
         ("kind", t.kind),
