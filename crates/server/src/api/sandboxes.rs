@@ -143,7 +143,7 @@ async fn create(
     if req.from_snapshot.is_none() {
         // Seed 000: "bake the size you need into the template". With from_snapshot the
         // snapshot's sizes win and request values are ignored (same seed).
-        let tpl = st.host.template(&template)?;
+        let tpl = st.host.template(&caller.workspace_id, &template)?;
         same_size("cpu", cpu, tpl.cpu, &tpl.name, "CPUs")?;
         same_size("memory_mb", memory_mb, tpl.memory_mb, &tpl.name, "MiB")?;
     }
