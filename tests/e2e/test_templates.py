@@ -240,6 +240,21 @@ def test_rebuild_is_a_cache_hit_and_a_change_invalidates_old_snapshots(tc):
     assert tc.sandboxes.create(template="e2e-gen").exec("cat /version").stdout == "two\n"
 
 
+def test_copy_only_child_shares_files_but_never_changes_the_parent(tc, tmp_path):
+    # A build without RUN links the parent's files instead of copying them; COPY over one of
+    # them must replace the child's entry, not write through the shared inode.
+    build_ok(tc, "e2e-parent", "FROM base\nENV LEVEL=parent\nRUN echo parent > /etc/motd-file\n")
+    (tmp_path / "motd").write_text("child\n")
+    (tmp_path / "Dockerfile").write_text("FROM e2e-parent\nCOPY motd /etc/motd-file\nENV LEVEL=child\n")
+    b = build_ok(tc, "e2e-child", str(tmp_path / "Dockerfile"), context_dir=str(tmp_path))
+    assert any(l.startswith("Linking the rootfs of e2e-parent") for l in tc.templates.build_logs(b.id, follow=False))
+    assert raw(tc, "/templates/e2e-child")["base"] == "e2e-parent"
+    child = tc.sandboxes.create(template="e2e-child")
+    parent = tc.sandboxes.create(template="e2e-parent")
+    assert child.exec("cat /etc/motd-file; echo $LEVEL").stdout == "child\nchild\n"
+    assert parent.exec("cat /etc/motd-file; echo $LEVEL").stdout == "parent\nparent\n"
+
+
 def test_failing_run_fails_the_build_with_its_output(tc):
     b = tc.templates.build_from_dockerfile(
         "e2e-fail", "FROM base\nRUN echo visible-failure-output && echo to-stderr >&2 && exit 3\n"

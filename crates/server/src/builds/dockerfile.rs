@@ -98,12 +98,18 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
         publish::Begun::New(slot) => slot,
     };
     let rootfs = slot.rootfs();
+    // Host-side steps never write into an existing file (they replace it), so without a RUN
+    // the parent's files can be shared by hard links; a RUN may write files in place.
+    let link = !steps
+        .iter()
+        .any(|s| matches!(s.instruction, Instruction::Run(_)));
     b.log.line(&format!(
-        "Copying the rootfs of {} ({} MiB)",
+        "{} the rootfs of {} ({} MiB)",
+        if link { "Linking" } else { "Copying" },
         parent.name,
         parent.size_bytes / (1024 * 1024)
     ));
-    copy_rootfs(&parent.rootfs, &rootfs).await?;
+    copy_rootfs(&parent.rootfs, &rootfs, link).await?;
 
     let mut state = BuildState::new(&parent.runtime);
     for g in &b.parsed.global_args {
@@ -255,11 +261,16 @@ async fn in_rootfs<T: Send + 'static>(
     .map_err(|e| format!("build step panicked: {e}"))?
 }
 
-/// `cp -a --reflink=auto parent rootfs`: hard links, owners, modes, xattrs and symlinks kept.
-async fn copy_rootfs(from: &Path, to: &Path) -> Result<(), BuildError> {
-    let out = tokio::process::Command::new("cp")
-        .arg("-a")
-        .arg("--reflink=auto")
+/// `cp -a --reflink=auto parent rootfs` (hard links, owners, modes, xattrs and symlinks kept),
+/// or with `link` `cp -al` (new directories, files shared with the parent by hard links).
+async fn copy_rootfs(from: &Path, to: &Path, link: bool) -> Result<(), BuildError> {
+    let mut cp = tokio::process::Command::new("cp");
+    if link {
+        cp.arg("-al");
+    } else {
+        cp.arg("-a").arg("--reflink=auto");
+    }
+    let out = cp
         .arg(from)
         .arg(to)
         .stdin(std::process::Stdio::null())
