@@ -1,5 +1,7 @@
 //! One `RUN` step: a build sandbox booted on the rootfs being built (no overlay: its writes are
-//! the result; root with the usual container capabilities), the command run by its guest
+//! the result; root with the usual container capabilities; internet egress through NAT so
+//! `apt-get`, `pip` and `npm` can download, whatever the server's default for user sandboxes,
+//! unless the server runs without sandbox networking), the command run by its guest
 //! daemon with the step's environment and directory, every line of output streamed to the
 //! build log, then the sandbox destroyed. A fresh sandbox per `RUN`, as Docker does, so
 //! processes a step leaves behind do not leak into the next one (~0.3 s per step here).
@@ -53,6 +55,9 @@ pub async fn run(
         &host.cfg.guest_dir.display().to_string(),
         resources.cpu,
         resources.memory_mb.max(MIN_BUILD_MEMORY_MB),
+        host.cfg
+            .network
+            .map(|_| pandastack_engine::NetworkPolicy::open()),
     );
     spec.template_build = true;
     let started = std::time::Instant::now();
