@@ -166,6 +166,17 @@ def test_dockerfile_without_context_logs_live_and_runtime_defaults(tc):
     assert ctx.run_code("import os; print(os.getcwd(), os.environ['APP_HOME'])").stdout == "/opt/app /opt/app\n"
 
 
+def test_run_pip_install_reaches_pypi_through_the_build_sandboxes_egress(tc):
+    # The only network traffic of this test: pip to PyPI (the package registry), from the
+    # build sandbox's namespace through the server's NAT.
+    b = build_ok(tc, "e2e-pip", "FROM base\nRUN pip install --no-cache-dir tomli-w==1.0.0\n")
+    logs = list(tc.templates.build_logs(b.id, follow=False))
+    assert any("Successfully installed tomli-w-1.0.0" in l or "Successfully installed tomli_w-1.0.0" in l for l in logs), logs
+    sb = tc.sandboxes.create(template="e2e-pip")
+    r = sb.exec("python3 -c 'import tomli_w; print(tomli_w.dumps({\"a\": 1}), end=\"\")'")
+    assert (r.exit_code, r.stdout) == (0, "a = 1\n"), r
+
+
 def test_dockerfile_with_context_dir_copy_chown_user(tc, tmp_path):
     ctx = tmp_path / "ctx"
     (ctx / "app").mkdir(parents=True)

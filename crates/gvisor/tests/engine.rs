@@ -299,6 +299,7 @@ async fn networked_instances_get_their_own_address_and_policy() {
             memory_mb: 256,
             hostname: "sandbox".into(),
             network: Some(pandastack_engine::NetworkPolicy::open()),
+            template_build: false,
         }
     };
 

@@ -146,7 +146,7 @@ pub async fn complete(
     let info = finished
         .publish()
         .map_err(|e| BuildError::internal("publishing the build", e))?;
-    host.collect_template_builds(workspace_id).await;
+    host.collect_template_builds_later(workspace_id);
     Ok(Built {
         info,
         cache_hit: false,

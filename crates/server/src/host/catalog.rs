@@ -13,6 +13,7 @@ use crate::error::ApiError;
 use pandastack_templates::{TemplateInfo, TemplateStore};
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use tracing::{info, warn};
 
 /// Directory under the data dir holding one template store per workspace.
@@ -123,22 +124,39 @@ impl Host {
         all
     }
 
-    /// Deletes user template `name` of `workspace_id`: it disappears from lists and creates,
-    /// its pooled sandboxes are destroyed, and its builds are removed as soon as no sandbox
-    /// runs on them. Snapshots taken on it stop restoring (409).
+    /// Deletes user template `name` of `workspace_id`: it disappears from lists and creates at
+    /// once; in the background its template snapshot and pooled sandboxes go, and its builds
+    /// are removed as soon as no sandbox runs on them. Snapshots taken on it stop restoring
+    /// (409).
     ///
     /// # Errors
     /// 404 when the workspace has no such template; 500 on store errors.
-    pub async fn delete_template(&self, workspace_id: &str, name: &str) -> Result<(), ApiError> {
+    pub fn delete_template(
+        self: &Arc<Self>,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
         let store = self.workspace_templates(workspace_id);
         let retired = store
             .retire(name)
             .map_err(|e| ApiError::internal("template delete", e))?
             .ok_or_else(|| ApiError::NotFound(format!("template {name} not found")))?;
         info!(workspace_id, template = name, build_id = %retired.build_id, "template deleted");
-        self.forget_template_image(&retired).await;
-        self.collect_template_builds(workspace_id).await;
+        let host = self.clone();
+        let ws = workspace_id.to_owned();
+        self.teardowns.spawn(async move {
+            host.forget_template_image(&retired).await;
+            host.collect_template_builds(&ws).await;
+        });
         Ok(())
+    }
+
+    /// [`Host::collect_template_builds`] in the background (a graceful stop waits for it).
+    pub fn collect_template_builds_later(self: &Arc<Self>, workspace_id: &str) {
+        let host = self.clone();
+        let ws = workspace_id.to_owned();
+        self.teardowns
+            .spawn(async move { host.collect_template_builds(&ws).await });
     }
 
     /// Removes the builds of `workspace_id`'s templates that are not current and that no
@@ -161,7 +179,16 @@ impl Host {
                     continue;
                 }
                 self.forget_template_image(&build).await;
-                match store.remove_build(&name, &build.build_id) {
+                let (st, n, id) = (store.clone(), name.clone(), build.build_id.clone());
+                let removed = tokio::task::spawn_blocking(move || st.remove_build(&n, &id))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(pandastack_templates::StoreError::Io {
+                            what: "template gc".into(),
+                            source: std::io::Error::other(e.to_string()),
+                        })
+                    });
+                match removed {
                     Ok(()) => {
                         info!(workspace_id, template = %name, build_id = %build.build_id, "removed unused template build")
                     }
