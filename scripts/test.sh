@@ -255,7 +255,9 @@ npm_install() {
 }
 
 pytest_e2e() {
-  "$VENV/bin/python" -m pytest tests/e2e --timeout=300 -v -rfEs \
+  # --basetemp under the run dir: other pytest runs of the same user on this host prune the
+  # shared /tmp/pytest-of-<user>/ directories.
+  "$VENV/bin/python" -m pytest tests/e2e --timeout=300 -v -rfEs --basetemp="$RUN/pytest" \
     --junitxml="$LOGS/pytest.xml" -p no:cacheprovider
 }
 

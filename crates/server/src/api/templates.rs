@@ -89,7 +89,7 @@ async fn delete(
             "template {name} has a build queued or running; wait for it to end"
         )));
     }
-    st.host.delete_template(&caller.workspace_id, &name)?;
+    st.host.delete_template(&caller.workspace_id, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -451,7 +451,7 @@ impl Host {
             if let Err(e) = self.workspace_templates(&ws).remove_interrupted() {
                 warn!(workspace_id = %ws, error = %e, "removing interrupted template builds");
             }
-            self.collect_template_builds(&ws).await;
+            self.collect_template_builds(&ws, true).await;
         }
     }
 }

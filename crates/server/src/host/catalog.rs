@@ -131,14 +131,17 @@ impl Host {
     ///
     /// # Errors
     /// 404 when the workspace has no such template; 500 on store errors.
-    pub fn delete_template(
+    pub async fn delete_template(
         self: &Arc<Self>,
         workspace_id: &str,
         name: &str,
     ) -> Result<(), ApiError> {
         let store = self.workspace_templates(workspace_id);
-        let retired = store
-            .retire(name)
+        let owned = name.to_owned();
+        // Takes the template's lock: off the async threads.
+        let retired = tokio::task::spawn_blocking(move || store.retire(&owned))
+            .await
+            .map_err(|e| ApiError::internal("template delete", e))?
             .map_err(|e| ApiError::internal("template delete", e))?
             .ok_or_else(|| ApiError::NotFound(format!("template {name} not found")))?;
         info!(workspace_id, template = name, build_id = %retired.build_id, "template deleted");
@@ -146,7 +149,7 @@ impl Host {
         let ws = workspace_id.to_owned();
         self.teardowns.spawn(async move {
             host.forget_template_image(&retired).await;
-            host.collect_template_builds(&ws).await;
+            host.collect_template_builds(&ws, false).await;
         });
         Ok(())
     }
@@ -156,12 +159,15 @@ impl Host {
         let host = self.clone();
         let ws = workspace_id.to_owned();
         self.teardowns
-            .spawn(async move { host.collect_template_builds(&ws).await });
+            .spawn(async move { host.collect_template_builds(&ws, false).await });
     }
 
     /// Removes the builds of `workspace_id`'s templates that are not current and that no
-    /// live sandbox runs on, with their template snapshots and pooled instances.
-    pub async fn collect_template_builds(&self, workspace_id: &str) {
+    /// live sandbox runs on, with their template snapshots and pooled instances. A complete
+    /// build newer than the last published generation is one being published (its template
+    /// snapshot is being taken): it is left alone, except `at_start`, when no build runs and
+    /// such a build is what a crash left.
+    pub async fn collect_template_builds(&self, workspace_id: &str, at_start: bool) {
         let store = self.workspace_templates(workspace_id);
         let in_use: HashSet<String> = match self.store.live_sandboxes(Some(workspace_id)) {
             Ok(rows) => rows.into_iter().map(|r| r.rootfs).collect(),
@@ -171,10 +177,14 @@ impl Host {
             }
         };
         for name in store.names().unwrap_or_default() {
-            let Ok(builds) = store.builds(&name) else {
+            let (Ok(builds), Ok(published)) =
+                (store.builds(&name), store.published_generation(&name))
+            else {
                 continue;
             };
-            for build in builds.into_iter().filter(|b| !b.current) {
+            let collectable =
+                |b: &TemplateInfo| !b.current && (at_start || b.generation <= published);
+            for build in builds.into_iter().filter(collectable) {
                 if in_use.contains(&build.rootfs.display().to_string()) {
                     continue;
                 }

@@ -79,11 +79,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// Highest generation among the finished builds in `template_dir` and its `.generation` file
 /// (0 if none).
 pub(crate) fn max_generation(template_dir: &Path) -> io::Result<u64> {
-    let mut max = match fs::read_to_string(template_dir.join(GENERATION)) {
-        Ok(s) => s.trim().parse().unwrap_or(0),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(e),
-    };
+    let mut max = published_generation(template_dir)?;
     for entry in fs::read_dir(template_dir)? {
         let name = entry?.file_name();
         if let Some(generation) = name.to_str().and_then(parse_build_id) {
@@ -91,6 +87,15 @@ pub(crate) fn max_generation(template_dir: &Path) -> io::Result<u64> {
         }
     }
     Ok(max)
+}
+
+/// The generation recorded by the last publish or retire in `template_dir` (0 if none).
+pub(crate) fn published_generation(template_dir: &Path) -> io::Result<u64> {
+    match fs::read_to_string(template_dir.join(GENERATION)) {
+        Ok(s) => Ok(s.trim().parse().unwrap_or(0)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e),
+    }
 }
 
 /// Records `generation` as the highest one published in `template_dir`.

@@ -156,6 +156,17 @@ impl TemplateStore {
         Ok(())
     }
 
+    /// The highest generation template `name` ever published (0 if none): a complete build
+    /// of a higher generation is one still being published (or one a crash left unpublished).
+    ///
+    /// # Errors
+    /// [`StoreError`] for a bad name or an unreadable file.
+    pub fn published_generation(&self, name: &str) -> Result<u64, StoreError> {
+        validate_name(name)?;
+        layout::published_generation(&self.template_dir(name))
+            .map_err(StoreError::io(format!("{name}/.generation")))
+    }
+
     /// Names of the templates with a directory here, current or not (retired ones whose
     /// builds are still on disk included), sorted.
     ///

@@ -353,6 +353,7 @@ fn user_builds_publish_into_their_workspace_store() {
     let got = store.get("my-tpl").unwrap().expect("current");
     assert_eq!(got, info);
 
+    assert_eq!(store.published_generation("my-tpl").unwrap(), 1);
     // A discarded build leaves the current one alone and its generation is reused.
     let other = "cd".repeat(32);
     let discarded = user_build(&store, "my-tpl", &other, false);
