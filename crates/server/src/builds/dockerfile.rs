@@ -1,8 +1,11 @@
-//! Running a Dockerfile build: the parent template's rootfs copied (`cp -a`, reflinked where
-//! the filesystem can), then each step in order: `ENV`/`ARG`/`USER` change the build state,
-//! `WORKDIR` and `COPY`/`ADD` change the rootfs on the host through `InRoot` (no sandbox runs
-//! then), `RUN` runs in a build sandbox on it ([`super::sandbox`]). The directory that results
-//! is the new template's rootfs: the parent's files plus what the steps changed.
+//! Running a Dockerfile build. With `RUN` steps the steps work on an overlay of the parent
+//! template's rootfs (nothing copied up front), flattened into the new rootfs at the end
+//! (hard links to the parent's files plus what the steps changed, `custom/flatten.rs`);
+//! without one the new rootfs is hard links to the parent's files from the start. Each step in
+//! order: `ENV`/`ARG`/`USER` change the build state, `WORKDIR` and `COPY`/`ADD` change the tree
+//! on the host through `InRoot` (no sandbox runs then; they replace files, never write into
+//! one, so shared inodes stay untouched), `RUN` runs in a build sandbox on it
+//! ([`super::sandbox`]).
 
 use super::job::BuildError;
 use super::log::BuildLog;
@@ -13,6 +16,7 @@ use crate::host::Host;
 use pandastack_templates::custom::context::Context;
 use pandastack_templates::custom::copy::{self, CopyPlan};
 use pandastack_templates::custom::dockerfile::{Dockerfile, Instruction, Step};
+use pandastack_templates::custom::flatten;
 use pandastack_templates::custom::in_root::InRoot;
 use pandastack_templates::custom::state::{run_command_line, BuildState};
 use pandastack_templates::custom::users;
@@ -98,18 +102,27 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
         publish::Begun::New(slot) => slot,
     };
     let rootfs = slot.rootfs();
-    // Host-side steps never write into an existing file (they replace it), so without a RUN
-    // the parent's files can be shared by hard links; a RUN may write files in place.
-    let link = !steps
+    let has_run = steps
         .iter()
         .any(|s| matches!(s.instruction, Instruction::Run(_)));
-    b.log.line(&format!(
-        "{} the rootfs of {} ({} MiB)",
-        if link { "Linking" } else { "Copying" },
-        parent.name,
-        parent.size_bytes / (1024 * 1024)
-    ));
-    copy_rootfs(&parent.rootfs, &rootfs, link).await?;
+    // Without a RUN, host-side steps only (they replace files, never write into one): the new
+    // rootfs starts as hard links to the parent's files. With one, the steps work on an
+    // overlay of the parent, flattened at the end (`custom/flatten.rs`).
+    let overlay = if has_run {
+        b.log.line(&format!(
+            "Mounting an overlay of the rootfs of {} for the RUN steps",
+            parent.name
+        ));
+        Some(Overlay::mount(&parent.rootfs, slot.work_dir()).await?)
+    } else {
+        b.log
+            .line(&format!("Linking the rootfs of {}", parent.name));
+        link_rootfs(&parent.rootfs, &rootfs).await?;
+        None
+    };
+    let tree = overlay
+        .as_ref()
+        .map_or_else(|| rootfs.clone(), |o| o.merged.clone());
 
     let mut state = BuildState::new(&parent.runtime);
     for g in &b.parsed.global_args {
@@ -137,7 +150,7 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
             }
             Instruction::Workdir(raw) => {
                 let dir = state.workdir(raw).map_err(|e| at(step, e))?;
-                in_rootfs(&rootfs, move |root| {
+                in_rootfs(&tree, move |root| {
                     root.mkdir_all(&dir, 0o755, Some((0, 0)))
                         .map(|_| ())
                         .map_err(|e| format!("cannot create {dir}: {e}"))
@@ -152,7 +165,7 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                     None => None,
                 };
                 let (chmod, add, ctx) = (c.chmod, c.add, b.context.clone());
-                let copied = in_rootfs(&rootfs, move |root| {
+                let copied = in_rootfs(&tree, move |root| {
                     let owner = match chown {
                         Some(spec) => Some(users::resolve(root, &spec)?.owner()),
                         None => None,
@@ -177,7 +190,7 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                 ));
             }
             Instruction::Run(cmd) => {
-                in_rootfs(&rootfs, |root| {
+                in_rootfs(&tree, |root| {
                     root.create_file(TMP_MARKER, 0o644, Some((0, 0)))
                         .map(|_| ())
                         .map_err(|e| format!("cannot prepare /tmp: {e}"))
@@ -187,7 +200,7 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                 let user_spec = state.current_user().map(str::to_owned);
                 let user = match user_spec {
                     Some(spec) => Some(
-                        in_rootfs(&rootfs, move |root| users::resolve(root, &spec))
+                        in_rootfs(&tree, move |root| users::resolve(root, &spec))
                             .await
                             .map_err(|e| at(step, e))?,
                     ),
@@ -200,7 +213,7 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                 let started = std::time::Instant::now();
                 sandbox::run(
                     host,
-                    &rootfs,
+                    &tree,
                     &b.resources,
                     RunCommand {
                         cmd: run_command_line(cmd, user.as_ref()),
@@ -225,12 +238,17 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
             }
         }
     }
-    in_rootfs(&rootfs, |root| {
+    in_rootfs(&tree, |root| {
         root.remove_file(TMP_MARKER)
             .map_err(|e| format!("cannot clean /tmp: {e}"))
     })
     .await
     .map_err(BuildError)?;
+    if let Some(overlay) = overlay {
+        b.log
+            .line("Flattening the changes onto a linked copy of the parent's rootfs");
+        overlay.flatten(&parent.rootfs, &rootfs).await?;
+    }
     let meta = CustomMeta {
         kind: TemplateKind::Dockerfile,
         description: format!("built from a Dockerfile FROM {}", parent.name),
@@ -261,27 +279,96 @@ async fn in_rootfs<T: Send + 'static>(
     .map_err(|e| format!("build step panicked: {e}"))?
 }
 
-/// `cp -a --reflink=auto parent rootfs` (hard links, owners, modes, xattrs and symlinks kept),
-/// or with `link` `cp -al` (new directories, files shared with the parent by hard links).
-async fn copy_rootfs(from: &Path, to: &Path, link: bool) -> Result<(), BuildError> {
-    let mut cp = tokio::process::Command::new("cp");
-    if link {
-        cp.arg("-al");
-    } else {
-        cp.arg("-a").arg("--reflink=auto");
-    }
-    let out = cp
+/// `cp -al parent rootfs`: new directories, every file shared with the parent by a hard link
+/// (owners, modes and symlinks kept).
+async fn link_rootfs(from: &Path, to: &Path) -> Result<(), BuildError> {
+    let out = tokio::process::Command::new("cp")
+        .arg("-al")
         .arg(from)
         .arg(to)
         .stdin(std::process::Stdio::null())
         .output()
         .await
-        .map_err(|e| BuildError::internal("copying the parent rootfs", e))?;
+        .map_err(|e| BuildError::internal("linking the parent rootfs", e))?;
     if !out.status.success() {
         return Err(BuildError::internal(
-            "copying the parent rootfs",
+            "linking the parent rootfs",
             String::from_utf8_lossy(&out.stderr),
         ));
     }
     Ok(())
+}
+
+/// The overlay a build with `RUN` steps works on: `<work>/upper` over the parent's rootfs,
+/// mounted at `<work>/merged`. Unmounted when dropped, so no error path leaves it mounted
+/// (a crash does: start-up unmounts it).
+struct Overlay {
+    upper: PathBuf,
+    work: PathBuf,
+    merged: PathBuf,
+    mounted: bool,
+}
+
+impl Overlay {
+    async fn mount(lower: &Path, work_dir: &Path) -> Result<Overlay, BuildError> {
+        let mut o = Overlay {
+            upper: work_dir.join("upper"),
+            work: work_dir.join("overlay-work"),
+            merged: work_dir.join("merged"),
+            mounted: false,
+        };
+        let (lower, ov) = (
+            lower.to_path_buf(),
+            (o.upper.clone(), o.work.clone(), o.merged.clone()),
+        );
+        tokio::task::spawn_blocking(move || {
+            for d in [&ov.0, &ov.1, &ov.2] {
+                std::fs::create_dir(d)?;
+            }
+            flatten::mount(&lower, &ov.0, &ov.1, &ov.2)
+        })
+        .await
+        .map_err(|e| BuildError::internal("mounting the build overlay", e))?
+        .map_err(|e| BuildError::internal("mounting the build overlay", e))?;
+        o.mounted = true;
+        Ok(o)
+    }
+
+    /// Unmounts, links the parent's files into `rootfs` and applies what the steps changed;
+    /// the overlay's directories are gone afterwards.
+    async fn flatten(mut self, lower: &Path, rootfs: &Path) -> Result<(), BuildError> {
+        flatten::unmount(&self.merged)
+            .map_err(|e| BuildError::internal("unmounting the build overlay", e))?;
+        self.mounted = false;
+        link_rootfs(lower, rootfs).await?;
+        let (upper, rootfs_owned) = (self.upper.clone(), rootfs.to_path_buf());
+        let applied = tokio::task::spawn_blocking(move || {
+            let root = InRoot::open(&rootfs_owned)?;
+            flatten::apply_upper(&upper, &root)
+        })
+        .await
+        .map_err(|e| BuildError::internal("flattening the build", e))?
+        .map_err(|e| BuildError::internal("flattening the build", e))?;
+        tracing::debug!(
+            moved = applied.moved,
+            removed = applied.removed,
+            "build flattened"
+        );
+        for d in [&self.upper, &self.work, &self.merged] {
+            if let Err(e) = std::fs::remove_dir_all(d) {
+                return Err(BuildError::internal("removing the build overlay", e));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        if self.mounted {
+            if let Err(e) = flatten::unmount(&self.merged) {
+                tracing::warn!(error = %e, "unmounting a build overlay");
+            }
+        }
+    }
 }

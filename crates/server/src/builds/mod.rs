@@ -8,10 +8,11 @@
 //!    cache key ([`pandastack_templates::build_hash`]: parent build, Dockerfile, context,
 //!    resources; or the tar's sha256) is compared with the template's current build: equal
 //!    means `done` at once (`cache_hit`), no worker involved.
-//! 2. The worker takes the template's build slot (its lock and next generation), copies the
-//!    parent rootfs (or unpacks the tar) into `<id>.partial/rootfs`, and runs the steps
-//!    ([`dockerfile`]): `RUN` in a fresh build sandbox each ([`sandbox`]), `COPY`/`WORKDIR` on the
-//!    host through `InRoot`.
+//! 2. The worker takes the template's build slot (its lock and next generation) and runs the
+//!    steps ([`dockerfile`]) on an overlay of the parent's rootfs (or a hard-linked copy when
+//!    there is no `RUN`; a tar is unpacked into `<id>.partial/rootfs`): `RUN` in a fresh build
+//!    sandbox each ([`sandbox`]), `COPY`/`WORKDIR` on the host through `InRoot`. The overlay's
+//!    changes are then flattened onto hard links of the parent's files.
 //! 3. [`publish`]: finish the rootfs, check size and quota, make the build complete (not
 //!    current), take its template snapshot, publish, collect the builds no sandbox uses.
 //!
@@ -446,6 +447,20 @@ impl Host {
                 }
             }
             Err(e) => warn!(error = %e, "reading unfinished template builds"),
+        }
+        // Overlays of builds a crash interrupted are still mounted: unmount them first (their
+        // partial directories cannot be removed while they are).
+        let stores = self
+            .cfg
+            .data_dir
+            .join(crate::host::catalog::USER_TEMPLATES_DIR);
+        match pandastack_templates::custom::flatten::unmount_below(&stores) {
+            Ok(0) => {}
+            Ok(n) => warn!(
+                mounts = n,
+                "unmounted overlays of interrupted template builds"
+            ),
+            Err(e) => warn!(error = %e, "unmounting overlays of interrupted template builds"),
         }
         for ws in self.template_workspaces() {
             if let Err(e) = self.workspace_templates(&ws).remove_interrupted() {

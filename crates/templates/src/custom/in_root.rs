@@ -282,6 +282,39 @@ impl InRoot {
         }
     }
 
+    /// Removes whatever is at `path` (a directory with everything in it, or a file or
+    /// symlink itself), never following a symlink; nothing there is fine.
+    ///
+    /// # Errors
+    /// `..` in the path, the root itself, I/O errors.
+    pub fn remove_all(&self, path: &str) -> io::Result<()> {
+        let parts = components(path)?;
+        let Some((name, parent)) = parts.split_last() else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the root itself cannot be removed",
+            ));
+        };
+        let dir = match self.resolve(parent, OFlags::DIRECTORY | OFlags::RDONLY) {
+            Ok(d) => d,
+            Err(e) if is_absent(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        remove_entry(&dir, name)
+    }
+
+    /// Moves the entry `name` of directory `from` (outside the tree, on the same filesystem)
+    /// to `path`, replacing whatever is there; missing parents are created (0755, root).
+    ///
+    /// # Errors
+    /// As [`InRoot::create_file`], and EXDEV across filesystems.
+    pub fn rename_into(&self, from: &OwnedFd, name: &str, path: &str) -> io::Result<()> {
+        self.remove_all(path)?;
+        let (dir, target) = self.prepare_entry(path)?;
+        rustix::fs::renameat(from, name, &dir, target.as_str())?;
+        Ok(())
+    }
+
     /// Sets mode and owner of an existing directory `path` (tar entries for directories that
     /// already exist, `COPY --chown` of a directory).
     ///
@@ -334,6 +367,36 @@ impl InRoot {
         }
         Ok((dir, (*name).to_owned()))
     }
+}
+
+/// Removes entry `name` of `dir` and, for a directory, everything below it, by descriptors
+/// (no path is resolved twice, no symlink followed).
+fn remove_entry(dir: &OwnedFd, name: &str) -> io::Result<()> {
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        rustix::fs::unlinkat(dir, name, AtFlags::empty())?;
+        return Ok(());
+    }
+    let sub = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let names: Vec<String> = rustix::fs::Dir::read_from(&sub)?
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().ok().map(str::to_owned))
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    for n in names {
+        remove_entry(&sub, &n)?;
+    }
+    rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?;
+    Ok(())
 }
 
 /// Sets the modification time of an open file (tar entries keep theirs).
@@ -475,12 +538,25 @@ mod tests {
         t.symlink("s", "/f", None).unwrap();
         assert_eq!(t.kind("s").unwrap(), Some(Kind::Symlink));
         assert_eq!(t.list("/").len(), 5);
+        std::fs::write(tmp.path().join("outside-file"), "moved").unwrap();
+        let from = InRoot::open(tmp.path()).unwrap();
+        t.rename_into(&from.dir("/").unwrap(), "outside-file", "/new/place")
+            .unwrap();
+        assert_eq!(std::fs::read(root.join("new/place")).unwrap(), b"moved");
         t.remove_file("s").unwrap();
         t.remove_file("s").unwrap();
+        std::os::unix::fs::symlink("/", root.join("rootlink")).unwrap();
+        t.remove_all("rootlink").unwrap();
         assert!(
             root.join("f").exists(),
-            "removing a symlink leaves its target"
+            "a removed symlink to / removes nothing else"
         );
-        assert!(t.remove_file("a").is_err());
+        assert!(
+            t.remove_file("a").is_err(),
+            "remove_file refuses a directory"
+        );
+        t.remove_all("a").unwrap();
+        assert!(!root.join("a").exists());
+        t.remove_all("missing/deeper").unwrap();
     }
 }

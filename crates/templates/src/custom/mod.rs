@@ -15,6 +15,7 @@ pub mod context;
 pub mod copy;
 pub mod dockerfile;
 pub mod finish;
+pub mod flatten;
 pub mod in_root;
 pub mod rootfs_tar;
 pub mod state;
