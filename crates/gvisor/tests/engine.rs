@@ -434,6 +434,7 @@ async fn restores_land_on_containers_made_in_advance() {
             memory_mb: 256,
             hostname: "sandbox".into(),
             network: Some(policy),
+            template_build: false,
         }
     };
     let open = pandastack_engine::NetworkPolicy::open();

@@ -120,11 +120,7 @@ impl Host {
             .claims
             .push_back(Instant::now());
         let pooled = loop {
-            let candidate = self
-                .pool
-                .lock()
-                .get_mut(&key)
-                .and_then(|t| t.ready.pop());
+            let candidate = self.pool.lock().get_mut(&key).and_then(|t| t.ready.pop());
             let Some(p) = candidate else { break None };
             if p.image == image && p.conn.is_alive() {
                 break Some(p);
@@ -137,7 +133,11 @@ impl Host {
             .pool_claims
             .with_label_values(&[
                 // User template names would make the label set unbounded.
-                if tpl.workspace.is_some() { "custom" } else { &tpl.name },
+                if tpl.workspace.is_some() {
+                    "custom"
+                } else {
+                    &tpl.name
+                },
                 if pooled.is_some() { "hit" } else { "miss" },
             ])
             .inc();
@@ -243,9 +243,7 @@ impl Host {
             match restored {
                 // Added under the pool lock only while the image still exists: a template
                 // deleted meanwhile removed it first, then drained the pool.
-                Some(p) if std::path::Path::new(&p.image).join("ready").exists() => {
-                    t.ready.push(p)
-                }
+                Some(p) if std::path::Path::new(&p.image).join("ready").exists() => t.ready.push(p),
                 Some(p) => {
                     t.workers -= 1;
                     drop(pools);
