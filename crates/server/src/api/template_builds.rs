@@ -80,6 +80,7 @@ async fn build(
     caller: Caller,
     req: Request,
 ) -> Result<(StatusCode, Json<TemplateBuild>), ApiError> {
+    st.host.check_disk_reserve("template build", 0)?;
     let (id, dir) = st.host.new_build_dir()?;
     let cfg = &st.host.builds.cfg;
     let limits = FormLimits {

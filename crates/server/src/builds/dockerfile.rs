@@ -213,6 +213,7 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                 let started = std::time::Instant::now();
                 sandbox::run(
                     host,
+                    b.workspace_id,
                     &tree,
                     &b.resources,
                     RunCommand {

@@ -133,8 +133,25 @@ pub async fn complete(
         .finish_custom(size, meta)
         .map_err(|e| BuildError::internal("storing the build", e))?;
     log.line("Taking the template snapshot (boot, warm up, checkpoint)");
+    let admitted = super::sandbox::admitted(
+        host,
+        workspace_id,
+        finished.info().memory_mb,
+        "the template snapshot",
+        log,
+    )
+    .await;
+    let admitted = match admitted {
+        Ok(a) => a,
+        Err(e) => {
+            finished.discard();
+            return Err(e);
+        }
+    };
     let started = std::time::Instant::now();
-    if let Err(e) = host.build_template_image(finished.info()).await {
+    let imaged = host.build_template_image(finished.info()).await;
+    drop(admitted);
+    if let Err(e) = imaged {
         host.forget_template_image(finished.info()).await;
         finished.discard();
         return Err(BuildError(format!("the template snapshot failed: {e}")));

@@ -5,11 +5,18 @@
 //! daemon with the step's environment and directory, every line of output streamed to the
 //! build log, then the sandbox destroyed. A fresh sandbox per `RUN`, as Docker does, so
 //! processes a step leaves behind do not leak into the next one (~0.3 s per step here).
+//!
+//! Build sandboxes are instances like any other for the host's capacity (issue 8): each one
+//! (and the boot of the template snapshot) is admitted first ([`admitted`]); when the host is
+//! full the build waits for room, saying so in its log, and fails after
+//! [`ADMISSION_WAIT`]. They do not count toward the workspace's sandbox quota (they are not
+//! sandboxes of the workspace), and a step refuses to start when the disk is below its reserve.
 
 use super::job::BuildError;
 use super::log::BuildLog;
+use crate::error::ApiError;
 use crate::guest::GuestConn;
-use crate::host::Host;
+use crate::host::{Admitted, Host};
 use pandastack_guest_protocol::{GuestMsg, HostMsg};
 use pandastack_templates::Resources;
 use std::collections::{BTreeMap, VecDeque};
@@ -26,6 +33,51 @@ const HANDSHAKE: Duration = Duration::from_secs(20);
 /// Lines of output kept for the error of a failed step.
 const TAIL_LINES: usize = 20;
 
+/// How long a build waits for room on a full host before it fails.
+pub const ADMISSION_WAIT: Duration = Duration::from_secs(300);
+
+/// Waits until the host admits one build instance of `memory_mb` MiB for `workspace_id`
+/// (`what`: "RUN", "the template snapshot", for messages), polling every
+/// `Retry-After` seconds while the host is at capacity.
+///
+/// # Errors
+/// [`BuildError`] when the data dir's disk is below its reserve (507 rule of issue 8), when
+/// the host stayed full for [`ADMISSION_WAIT`], or on any other refusal.
+pub async fn admitted(
+    host: &Host,
+    workspace_id: &str,
+    memory_mb: u32,
+    what: &str,
+    log: &BuildLog,
+) -> Result<Admitted, BuildError> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        host.check_disk_reserve("template build", 0)
+            .map_err(|e| BuildError(e.to_string()))?;
+        match host.admit(workspace_id, memory_mb, 1, false).await {
+            Ok(admitted) => return Ok(admitted),
+            Err(ApiError::Busy {
+                message,
+                retry_after_s,
+            }) => {
+                if started.elapsed() >= ADMISSION_WAIT {
+                    return Err(BuildError(format!(
+                        "{what}: {message} (waited {} s)",
+                        ADMISSION_WAIT.as_secs()
+                    )));
+                }
+                if !said {
+                    log.line(&format!("waiting for room on the host: {message}"));
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_secs(retry_after_s.max(1))).await;
+            }
+            Err(e) => return Err(BuildError(format!("{what}: {e}"))),
+        }
+    }
+}
+
 /// A command for the build sandbox.
 pub struct RunCommand<'a> {
     /// The command line the guest runs.
@@ -39,22 +91,26 @@ pub struct RunCommand<'a> {
     pub log: &'a BuildLog,
 }
 
-/// Runs `run` in a build sandbox on `rootfs`.
+/// Runs `run` in a build sandbox on `rootfs`, admitted for `workspace_id` ([`admitted`]).
 ///
 /// # Errors
 /// [`BuildError`] when the command exits non-zero (with the end of its output) or times out,
-/// or when the sandbox cannot start. The sandbox is destroyed in every case.
+/// when the host has no room or disk for it, or when the sandbox cannot start. The sandbox is
+/// destroyed in every case.
 pub async fn run(
     host: &Host,
+    workspace_id: &str,
     rootfs: &Path,
     resources: &Resources,
     run: RunCommand<'_>,
 ) -> Result<(), BuildError> {
+    let memory_mb = resources.memory_mb.max(MIN_BUILD_MEMORY_MB);
+    let _admitted = admitted(host, workspace_id, memory_mb, "RUN", run.log).await?;
     let mut spec = host.instance_spec(
         &rootfs.display().to_string(),
         &host.cfg.guest_dir.display().to_string(),
         resources.cpu,
-        resources.memory_mb.max(MIN_BUILD_MEMORY_MB),
+        memory_mb,
         host.cfg
             .network
             .map(|_| pandastack_engine::NetworkPolicy::open()),
