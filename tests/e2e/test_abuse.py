@@ -734,5 +734,37 @@ def test_low_host_disk_refuses_creates_forks_snapshots_and_hibernations_with_507
     ]:
         r = s.request(method, base + path, json=body, timeout=60)
         assert r.status_code == 507 and "host storage low" in r.json()["error"], (path, r.status_code, r.text)
+    r = s.post(f"{limited_clean.url}/v1/templates/build", data={"name": "low-disk", "dockerfile": "FROM base\n"}, timeout=60)
+    assert r.status_code == 507 and "host storage low" in r.json()["error"], r.text
     again = client.sandboxes.get(sb.id)
     assert again.status == "running" and again.exec("echo fine").stdout == "fine\n"
+
+
+def test_a_template_build_on_a_full_host_waits_for_room_then_runs(limited_clean):
+    """Build sandboxes go through host admission like creates (issue 8 x issue 13): on a full
+    host a build's RUN step waits, saying so in its log, and runs once room is made."""
+    client = limited_clean.restart("--max-sandboxes", "1")
+    s = raw_session(limited_clean.key())
+    api = limited_clean.url
+    sb = client.sandboxes.create(template="base")
+    r = s.post(f"{api}/v1/templates/build", data={"name": "waits-for-room", "dockerfile": "FROM base\nRUN echo built > /built\n"}, timeout=60)
+    assert r.status_code == 202, r.text
+    build = r.json()["id"]
+
+    def log() -> str:
+        return s.get(f"{api}/v1/templates/builds/{build}/logs", timeout=30).text
+
+    wait_until(lambda: "waiting for room on the host" in log(), timeout=60, what="the build to wait for room")
+    assert s.get(f"{api}/v1/templates/builds/{build}", timeout=30).json()["status"] == "running"
+    client.sandboxes.delete(sb.id)
+    wait_until(
+        lambda: s.get(f"{api}/v1/templates/builds/{build}", timeout=30).json()["status"] in ("done", "failed"),
+        timeout=180,
+        what="the build to end",
+    )
+    got = s.get(f"{api}/v1/templates/builds/{build}", timeout=30).json()
+    assert got["status"] == "done", (got, log())
+    made = client.sandboxes.create(template="waits-for-room")
+    assert made.exec("cat /built").stdout == "built\n"
+    client.sandboxes.delete(made.id)
+    assert s.delete(f"{api}/v1/templates/waits-for-room", timeout=30).status_code in (200, 204)
