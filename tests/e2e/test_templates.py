@@ -266,6 +266,19 @@ def test_copy_only_child_shares_files_but_never_changes_the_parent(tc, tmp_path)
     assert parent.exec("cat /etc/motd-file; echo $LEVEL").stdout == "parent\nparent\n"
 
 
+def test_a_template_from_code_interpreter_has_its_kernel_warmed_in_the_snapshot(tc):
+    # Issue 13 "Template snapshot": a template with IPython and pandas is checkpointed with a
+    # kernel that already imported pandas, as the built-in code-interpreter is. A build with
+    # only ENV links the parent's files, so this costs one template snapshot.
+    build_ok(tc, "e2e-ci-child", "FROM code-interpreter\nENV ROLE=analyst\n")
+    assert raw(tc, "/templates/e2e-ci-child")["base"] == "code-interpreter"
+    sb = tc.sandboxes.create(template="e2e-ci-child")
+    assert sb.boot_mode == "snapshot"
+    ctx = sb.create_code_context()
+    r = ctx.run_code("import os, sys; print('pandas' in sys.modules, os.environ['ROLE'])")
+    assert r.stdout == "True analyst\n", r
+
+
 def test_failing_run_fails_the_build_with_its_output(tc):
     b = tc.templates.build_from_dockerfile(
         "e2e-fail", "FROM base\nRUN echo visible-failure-output && echo to-stderr >&2 && exit 3\n"
