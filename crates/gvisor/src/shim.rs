@@ -82,6 +82,10 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
     cmd.stdin(Stdio::from(OwnedFd::from(guest_end)))
         .stdout(Stdio::from(OwnedFd::from(guest_out)));
     let mut child = cmd.spawn()?;
+    // The command holds the parent's copies of the container's stdio: drop them, or the
+    // guest stream never ends when the container goes (a target destroyed before its second
+    // stage would leave this shim waiting forever).
+    drop(cmd);
 
     let _ = std::fs::remove_file(socket);
     let listener = UnixListener::bind(socket)?;
@@ -267,5 +271,43 @@ fn pump_client_to_guest(mut reader: UnixStream, to_guest: Arc<Mutex<UnixStream>>
         if write_frame(&mut *lock(&to_guest), &frame).is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A container gone before its second stage ends the shim with 137: here the first stage
+    /// leaves a process holding the container's stdout, which then exits (as a destroyed
+    /// target's sandbox does). The shim itself must hold no copy of the container's end.
+    #[test]
+    fn a_two_stage_shim_ends_when_the_container_goes_before_its_second_stage() {
+        let dir = std::env::temp_dir().join(format!("shim-test-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let args = ShimArgs {
+            socket: Some(dir.join("guest.sock")),
+            exit_file: dir.join("exit"),
+            command: vec!["sh".into(), "-c".into(), "sleep 0.3 & exit 0".into()],
+            hide_proc_sys_net: false,
+            control: Some(dir.join("control.sock")),
+            ready_file: Some(dir.join("ready")),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(run(&args).map_err(|e| e.to_string()));
+        });
+        let code = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the shim still waits for a second stage of a container that is gone");
+        assert_eq!(code, Ok(137));
+        assert!(
+            dir.join("ready").exists(),
+            "the first stage was reported ready"
+        );
+        assert_eq!(std::fs::read_to_string(dir.join("exit")).unwrap(), "137");
+        assert!(!dir.join("control.sock").exists() && !dir.join("guest.sock").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
