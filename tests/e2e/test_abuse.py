@@ -768,3 +768,136 @@ def test_a_template_build_on_a_full_host_waits_for_room_then_runs(limited_clean)
     assert made.exec("cat /built").stdout == "built\n"
     client.sandboxes.delete(made.id)
     assert s.delete(f"{api}/v1/templates/waits-for-room", timeout=30).status_code in (200, 204)
+# --- 1: disk quota per sandbox ------------------------------------------------------------------
+
+
+def _image_bytes(data_dir: Path, sandbox_id: str) -> int:
+    """Host bytes held by the sandbox's disk image (allocated blocks of the sparse file)."""
+    from lifecycle_fixtures import instance_id
+
+    iid = instance_id(data_dir, sandbox_id)
+    return (data_dir / "instances" / iid / "disk.img").stat().st_blocks * 512
+
+
+def _host_free(path: Path) -> int:
+    import os
+
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def test_a_sandbox_cannot_write_past_its_disk_and_the_host_never_pays_more(server, api):
+    from pandastack import Sandbox, ServerError
+
+    r = api("POST", "/v1/sandboxes", json={"template": "base", "disk_mb": 512})
+    assert r.status_code == 201 and r.json()["disk_mb"] == 512, r.text
+    sb = Sandbox.get(r.json()["id"])
+    free_before = _host_free(server.data_dir)
+
+    # 1 GB into the root: ENOSPC at the disk's size, the sandbox lives on.
+    out = sb.exec("dd if=/dev/zero of=/root/fill bs=1M count=1000 2>&1; echo rc=$?", timeout_seconds=120)
+    assert "No space left on device" in out.stdout and "rc=0" not in out.stdout, out.stdout
+    # /tmp is on the same disk (not a RAM tmpfs).
+    out = sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>&1; grep Shmem: /proc/meminfo")
+    assert "No space left on device" in out.stdout, out.stdout
+    shmem_kib = int(out.stdout.split("Shmem:")[1].split()[0])
+    assert shmem_kib < 32 * 1024, f"/tmp writes went to RAM: Shmem {shmem_kib} KiB"
+    assert sb.exec("echo still here").stdout == "still here\n"
+    held = _image_bytes(server.data_dir, sb.id)
+    assert held <= 540 * MIB, f"the host holds {held >> 20} MiB for a 512 MiB disk"
+    assert free_before - _host_free(server.data_dir) < 700 * MIB
+
+    m = api("GET", f"/v1/sandboxes/{sb.id}/metrics").json()
+    assert m["disk_limit_bytes"] <= 512 * MIB and m["disk_used_bytes"] > 400 * MIB, m
+
+    # The filesystem API says so too, with a 507 that names the disk.
+    with pytest.raises(ServerError) as e:
+        sb.filesystem.write("/workspace/more.bin", b"x" * (2 * MIB))
+    assert "disk is full" in str(e.value)
+    assert sb.exec("rm /root/fill /tmp/fill && echo freed").stdout == "freed\n"
+    sb.filesystem.write("/workspace/more.bin", b"x" * (2 * MIB))
+    assert api("GET", f"/v1/sandboxes/{sb.id}/metrics").json()["disk_used_bytes"] < 100 * MIB
+
+    # Bad sizes are a 400 naming the field; the SDK's creates get the server default (10 GiB).
+    assert_json_error(api("POST", "/v1/sandboxes", json={"template": "base", "disk_mb": 1}), "disk_mb", status=400)
+    assert_json_error(api("POST", "/v1/sandboxes", json={"template": "base", "disk_mb": 10**7}), "disk_mb", status=400)
+    default = Sandbox.create(template="base")
+    assert api("GET", f"/v1/sandboxes/{default.id}").json()["disk_mb"] == 10240
+    assert 9 * 1024 * MIB < api("GET", f"/v1/sandboxes/{default.id}/metrics").json()["disk_limit_bytes"] <= 10240 * MIB
+
+
+def test_forks_get_their_own_copy_within_the_same_limit(server, api):
+    from lifecycle_fixtures import instance_id
+    from pandastack import Sandbox
+
+    r = api("POST", "/v1/sandboxes", json={"template": "base", "disk_mb": 512})
+    parent = Sandbox.get(r.json()["id"])
+    assert parent.exec("head -c 200000000 /dev/urandom > /root/data && md5sum /root/data > /root/sum").exit_code == 0
+    children = parent.fork_tree(2)
+    for c in children:
+        assert api("GET", f"/v1/sandboxes/{c.id}").json()["disk_mb"] == 512
+        assert c.exec("md5sum -c /root/sum").stdout == "/root/data: OK\n"
+        # Its own disk, with its own limit: filling it does not touch the parent's.
+        out = c.exec("dd if=/dev/zero of=/root/fill bs=1M count=1000 2>&1")
+        assert "No space left on device" in out.stdout, out.stdout
+        assert _image_bytes(server.data_dir, c.id) <= 540 * MIB
+    assert parent.exec("md5sum -c /root/sum && df -k / >/dev/null && echo ok").stdout.endswith("ok\n")
+    assert _image_bytes(server.data_dir, parent.id) < 300 * MIB
+
+    # The parent goes first, while its children (started after its disk was mounted) live:
+    # its disk is unmounted and its loop device detached everywhere, so the host gets the
+    # space back at once (no copy of the mount stays behind in a child's mount namespace).
+    parent_image = server.data_dir / "instances" / instance_id(server.data_dir, parent.id) / "disk.img"
+    assert parent_image in _loop_images(server.data_dir)
+    for c in children:
+        c.promote()
+    parent.kill()
+    wait_until(lambda: parent_image not in _loop_images(server.data_dir), timeout=10, what="parent's loop device detached")
+    child_images = {server.data_dir / "instances" / instance_id(server.data_dir, c.id) / "disk.img" for c in children}
+    for c in children:
+        assert c.exec("md5sum -c /root/sum").stdout == "/root/data: OK\n"
+        c.kill()
+    wait_until(lambda: not child_images & _loop_images(server.data_dir), timeout=10, what="children's loop devices detached")
+
+
+def _loop_images(data_dir: Path) -> set[Path]:
+    """Backing files under `data_dir` of the host's loop devices (deleted ones included)."""
+    found = set()
+    for dev in Path("/sys/block").glob("loop*"):
+        try:
+            backing = (dev / "loop" / "backing_file").read_text().strip()
+        except OSError:
+            continue
+        path = Path(backing.removesuffix(" (deleted)"))
+        if path.is_relative_to(data_dir):
+            found.add(path)
+    return found
+
+
+def test_snapshot_restore_and_hibernate_wake_keep_the_disk_and_its_limit(server, api):
+    from pandastack import Sandbox
+
+    r = api("POST", "/v1/sandboxes", json={"template": "base", "disk_mb": 256, "persistent": True})
+    assert r.status_code == 201, r.text
+    sb = Sandbox.get(r.json()["id"])
+    write = "head -c 30000000 /dev/urandom > /root/data && md5sum /root/data > /tmp/sum && echo ok"
+    assert sb.exec(write).stdout == "ok\n"
+    snap = sb.snapshot()
+
+    def bounded_with_data(s):
+        assert api("GET", f"/v1/sandboxes/{s.id}").json()["disk_mb"] == 256
+        assert s.exec("md5sum -c /tmp/sum").stdout == "/root/data: OK\n"
+        out = s.exec("dd if=/dev/zero of=/root/fill bs=1M count=400 2>&1", timeout_seconds=120)
+        assert "No space left on device" in out.stdout, out.stdout
+        assert _image_bytes(server.data_dir, s.id) <= 280 * MIB
+        assert s.exec("rm /root/fill && echo freed").stdout == "freed\n"
+
+    restored = Sandbox.create(from_snapshot=snap)
+    bounded_with_data(restored)
+    restored.kill()
+
+    sb.hibernate()
+    assert api("GET", f"/v1/sandboxes/{sb.id}").json()["status"] == "hibernated"
+    sb.wake()
+    bounded_with_data(sb)
+    sb.kill()

@@ -25,4 +25,12 @@ pub struct SandboxMetrics {
     pub cpu_ns: u64,
     /// CPU use over the health monitor's last interval, percent of one core.
     pub cpu_percent: f64,
+    /// Bytes the sandbox has written to its disk (root and `/tmp`), when it has one running.
+    /// `df` inside the sandbox cannot show this (gVisor 20240729 reports its overlay as
+    /// unbounded); this and ENOSPC at `disk_limit_bytes` are the truth.
+    #[serde(default)]
+    pub disk_used_bytes: Option<u64>,
+    /// Size of that disk, bytes.
+    #[serde(default)]
+    pub disk_limit_bytes: Option<u64>,
 }

@@ -59,6 +59,11 @@ pub struct CreateSandbox {
     /// MiB; as `cpu`.
     #[serde(default)]
     pub memory_mb: Option<serde_json::Value>,
+    /// Size of the sandbox's disk (its writable root and `/tmp`), MiB; writes past it fail
+    /// with ENOSPC inside the sandbox. Default: the server's `--default-disk-mb` (10240).
+    /// With `from_snapshot` the snapshot's size wins.
+    #[serde(default)]
+    pub disk_mb: Option<u32>,
 }
 
 /// Egress lists of a sandbox (issue 7). Entries are `A.B.C.D`, `A.B.C.D/N`, `A.B.C.D:PORT` or
@@ -111,6 +116,9 @@ pub struct Sandbox {
     pub persistent: bool,
     pub ttl_seconds: i64,
     pub from_snapshot: Option<String>,
+    /// Size of the sandbox's disk, MiB (an extra key; null for sandboxes made before disks).
+    #[serde(default)]
+    pub disk_mb: Option<u32>,
 }
 
 /// `POST .../exec` and `.../exec/stream` body (contract §2.2).

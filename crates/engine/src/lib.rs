@@ -53,6 +53,12 @@ pub struct SandboxSpec {
     /// setuid, ...), so package managers and `useradd` work. False for every user sandbox.
     #[serde(default)]
     pub template_build: bool,
+    /// Size of the instance's disk, MiB: its writable root and `/tmp` live on a disk of this
+    /// size and writes past it fail with ENOSPC inside the sandbox (issue 8). `None`: the
+    /// layout of instances made before disks existed (an unlimited overlay, `/tmp` in RAM);
+    /// a restore must use the layout its image was taken with.
+    #[serde(default)]
+    pub disk_mb: Option<u32>,
 }
 
 /// A started instance. A restore may land on a container the engine made in advance
@@ -83,6 +89,8 @@ pub struct TargetClass {
     /// The policy targets are made with (`None`: no network); a restore under another policy
     /// gets its own applied when it takes the target.
     pub network: Option<NetworkPolicy>,
+    /// The target's disk, MiB (made with it, ahead of time); `None`: the layout without one.
+    pub disk_mb: Option<u32>,
 }
 
 impl TargetClass {
@@ -94,6 +102,7 @@ impl TargetClass {
             cpu: spec.cpu,
             memory_mb: spec.memory_mb,
             network: spec.network.clone(),
+            disk_mb: spec.disk_mb,
         }
     }
 
@@ -105,6 +114,7 @@ impl TargetClass {
             && self.cpu == other.cpu
             && self.memory_mb == other.memory_mb
             && self.network.is_some() == other.network.is_some()
+            && self.disk_mb == other.disk_mb
     }
 }
 
@@ -202,6 +212,9 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Current resource use.
     async fn stats(&self, id: &str) -> Result<InstanceStats, EngineError>;
+
+    /// Bytes used and size of the disk of the instance in `dir`, when it has one.
+    fn disk_usage(&self, dir: &Path) -> Option<(u64, u64)>;
 
     /// Instance ids the engine knows of (running or not), for adoption after a restart and
     /// for destroying orphans.

@@ -11,6 +11,8 @@ pub const NPROC_LIMIT: u64 = 256;
 pub const HOST_PIDS_LIMIT: i64 = 8192;
 /// Where the guest directory is mounted inside the sandbox.
 pub const GUEST_MOUNT: &str = "/.pandastack";
+/// Size of `/dev/shm` (a RAM tmpfs, as in Docker), bytes.
+pub const DEV_SHM_BYTES: u64 = 64 * 1024 * 1024;
 /// The guest daemon's path inside the sandbox.
 pub const GUEST_BINARY: &str = "/.pandastack/pandastack-guest";
 
@@ -42,6 +44,17 @@ pub fn render(spec: &SandboxSpec, netns: Option<&std::path::Path>) -> Value {
         Some(path) => json!({"type": "network", "path": path}),
         None => json!({"type": "network"}),
     };
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc"}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro", "nosuid", "noexec", "nodev"]}),
+        json!({"destination": GUEST_MOUNT, "type": "bind", "source": spec.guest_dir, "options": ["rbind", "ro"]}),
+    ];
+    if spec.disk_mb.is_some() {
+        // /tmp stays in the root overlay, on the instance's disk (instance_disk.rs), not in a
+        // RAM tmpfs; /dev/shm is RAM, so it is bounded.
+        mounts.push(json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "nodev", "mode=1777", format!("size={DEV_SHM_BYTES}")]}));
+    }
     let mut config = json!({
         "ociVersion": "1.0.0",
         "process": {
@@ -61,12 +74,7 @@ pub fn render(spec: &SandboxSpec, netns: Option<&std::path::Path>) -> Value {
         },
         "root": {"path": spec.rootfs, "readonly": false},
         "hostname": spec.hostname,
-        "mounts": [
-            {"destination": "/proc", "type": "proc", "source": "proc"},
-            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
-            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro", "nosuid", "noexec", "nodev"]},
-            {"destination": GUEST_MOUNT, "type": "bind", "source": spec.guest_dir, "options": ["rbind", "ro"]}
-        ],
+        "mounts": mounts,
         "linux": {
             "cgroupsPath": format!("pandastack/{}", spec.instance_id),
             "resources": {
@@ -105,6 +113,7 @@ mod tests {
             hostname: "sandbox".into(),
             network: None,
             template_build: false,
+            disk_mb: None,
         };
         let v = render(&spec, None);
         assert_eq!(
@@ -123,10 +132,11 @@ mod tests {
             "/run/netns/ps-abcdef-1"
         );
         assert!(v["process"].get("capabilities").is_none());
+        assert_eq!(v["mounts"].as_array().unwrap().len(), 4);
         let build = render(
             &SandboxSpec {
                 template_build: true,
-                ..spec
+                ..spec.clone()
             },
             None,
         );
@@ -134,5 +144,17 @@ mod tests {
             build["process"]["capabilities"]["effective"][0],
             "CAP_CHOWN"
         );
+        let with_disk = render(
+            &SandboxSpec {
+                disk_mb: Some(256),
+                ..spec
+            },
+            None,
+        );
+        let mounts = with_disk["mounts"].as_array().unwrap();
+        assert_eq!(mounts.len(), 5);
+        assert!(mounts.iter().all(|m| m["destination"] != "/tmp"));
+        assert_eq!(mounts[4]["destination"], "/dev/shm");
+        assert_eq!(mounts[4]["options"][3], format!("size={DEV_SHM_BYTES}"));
     }
 }

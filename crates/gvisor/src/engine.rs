@@ -1,9 +1,11 @@
 //! [`GvisorEngine`]: the [`Engine`] implementation over runsc and the shim.
 
+use crate::instance_disk::{self, DiskConfig, Disks};
 use crate::net::{InstanceNet, NetConfig, Networks, Slot};
+use crate::runsc::Runsc;
 use crate::shim::ControlRequest;
 use crate::targets::{Target, Targets};
-use crate::{cgroup, checkpoint, config, runsc::Runsc};
+use crate::{cgroup, checkpoint, config};
 use async_trait::async_trait;
 use pandastack_engine::{
     instance_id_from, CheckpointOutcome, Engine, EngineError, Instance, InstanceId, InstanceStats,
@@ -36,6 +38,8 @@ pub struct GvisorConfig {
     /// Where the engine puts the directories of containers it makes on its own (restore
     /// targets), normally the server's `<data_dir>/instances`.
     pub instances_dir: PathBuf,
+    /// Spare disks made ahead of time; `None`: disks are formatted when an instance needs one.
+    pub disks: Option<DiskConfig>,
 }
 
 /// The gVisor engine. Cheap to clone.
@@ -44,6 +48,7 @@ pub struct GvisorEngine {
     runsc: Runsc,
     shim_command: Vec<String>,
     net: Option<Arc<Networks>>,
+    disks: Disks,
     /// Slot and directory of every networked instance this process knows.
     slots: Arc<Mutex<HashMap<InstanceId, (Slot, PathBuf)>>>,
     /// Containers made in advance for restores.
@@ -75,6 +80,7 @@ impl GvisorEngine {
             },
             shim_command: cfg.shim_command,
             net,
+            disks: Disks::new(cfg.disks),
             slots: Arc::default(),
             targets: Arc::default(),
             instances_dir: cfg.instances_dir,
@@ -98,7 +104,21 @@ impl GvisorEngine {
     /// `net.json` so [`Engine::destroy`] and a restarted server find it).
     async fn prepare(&self, spec: &SandboxSpec) -> Result<Option<InstanceNet>, EngineError> {
         std::fs::create_dir_all(spec.dir.join("bundle"))?;
-        std::fs::create_dir_all(spec.dir.join("overlay"))?;
+        match spec.disk_mb {
+            Some(mb) => {
+                instance_disk::keep_tmp_in_root(&spec.rootfs)?;
+                let (disks, dir) = (self.disks.clone(), spec.dir.clone());
+                tokio::task::spawn_blocking(move || disks.attach(&dir, mb))
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))?
+                    .map_err(|e| EngineError::Failed {
+                        op: "disk setup",
+                        id: spec.instance_id.clone(),
+                        detail: e.to_string(),
+                    })?;
+            }
+            None => std::fs::create_dir_all(instance_disk::overlay_dir(&spec.dir, false))?,
+        }
         let failed = |detail: String| EngineError::Failed {
             op: "network setup",
             id: spec.instance_id.clone(),
@@ -139,8 +159,24 @@ impl GvisorEngine {
 
     /// Starts the shim around `runsc <global> <sub_args>` in its own session and waits for the
     /// guest socket, or with `two_stage` (a restore target: `sub_args` is `create`) until the
-    /// first stage is done and the shim waits for the second.
+    /// first stage is done and the shim waits for the second. On any failure what
+    /// [`GvisorEngine::prepare`] made (disk, network slot, directory) is destroyed.
     async fn start(
+        &self,
+        op: &'static str,
+        spec: &SandboxSpec,
+        net: Option<InstanceNet>,
+        sub_args: Vec<String>,
+        two_stage: bool,
+    ) -> Result<Instance, EngineError> {
+        let started = self.start_shim(op, spec, net, sub_args, two_stage).await;
+        if started.is_err() {
+            let _ = self.destroy(&spec.instance_id, &spec.dir).await;
+        }
+        started
+    }
+
+    async fn start_shim(
         &self,
         op: &'static str,
         spec: &SandboxSpec,
@@ -160,7 +196,8 @@ impl GvisorEngine {
         let mut runsc_cmd = vec![self.runsc.binary.display().to_string()];
         // A template build writes into its own rootfs copy, which becomes the template: no
         // overlay (runsc's default `root:self` would leak between sandboxes, notes pitfall 2).
-        let overlay = (!spec.template_build).then(|| dir.join("overlay"));
+        let overlay =
+            (!spec.template_build).then(|| instance_disk::overlay_dir(dir, spec.disk_mb.is_some()));
         runsc_cmd.extend(self.runsc.global_args(overlay.as_deref(), net.is_some()));
         if spec.template_build {
             runsc_cmd.push("--overlay2=none".into());
@@ -226,7 +263,6 @@ impl GvisorEngine {
             }
             if exit_file.exists() || started.elapsed() > START_TIMEOUT {
                 let detail = last_log_line(&dir.join("shim.log"));
-                let _ = self.destroy(&spec.instance_id, dir).await;
                 return Err(EngineError::Failed {
                     op,
                     id: spec.instance_id.clone(),
@@ -426,6 +462,19 @@ impl Engine for GvisorEngine {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         cgroup::remove(id);
+        // The disk must be unmounted before its directory goes (its image goes with it).
+        let owned = dir.to_path_buf();
+        let unmounted = tokio::task::spawn_blocking(move || Disks::detach(&owned))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if let Err(e) = unmounted {
+            warn!(instance_id = id, error = %e, "unmounting instance disk");
+            return Err(EngineError::Failed {
+                op: "destroy",
+                id: id.to_string(),
+                detail: "instance disk still mounted".into(),
+            });
+        }
         if dir.exists() {
             if let Err(e) = std::fs::remove_dir_all(dir) {
                 warn!(instance_id = id, error = %e, "removing instance directory");
@@ -456,6 +505,10 @@ impl Engine for GvisorEngine {
             }
             Err(e) => Err(e),
         }
+    }
+
+    fn disk_usage(&self, dir: &Path) -> Option<(u64, u64)> {
+        Disks::usage(dir)
     }
 
     async fn stats(&self, id: &str) -> Result<InstanceStats, EngineError> {
@@ -498,6 +551,21 @@ impl Engine for GvisorEngine {
     }
 
     async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError> {
+        // Loop devices of instance disks that nothing mounts (a crash between attach and
+        // mount, or after a lazy unmount). Mounted disks of instances that are gone go with
+        // their directories (the server destroys those through `destroy`).
+        let instances = self.instances_dir.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for dev in crate::disk::collect_stale(&instances).1 {
+                match crate::disk::detach(&dev) {
+                    Ok(()) => warn!(device = %dev.display(), "detached a stray loop device"),
+                    Err(e) => {
+                        warn!(device = %dev.display(), error = %e, "detaching a stray loop device")
+                    }
+                }
+            }
+        })
+        .await;
         let Some(nets) = &self.net else {
             return Ok(());
         };
@@ -569,6 +637,7 @@ impl GvisorEngine {
             hostname: "sandbox".into(),
             network: class.network.clone(),
             template_build: false,
+            disk_mb: class.disk_mb,
         };
         let net = self.prepare_or_clean(&spec).await?;
         let bundle = dir.join("bundle").display().to_string();
@@ -634,9 +703,10 @@ impl GvisorEngine {
                 self.set_network_policy(&t.instance_id, want).await?;
             }
             let mut argv = vec![self.runsc.binary.display().to_string()];
+            let overlay = instance_disk::overlay_dir(&t.dir, t.class.disk_mb.is_some());
             argv.extend(
                 self.runsc
-                    .global_args(Some(&t.dir.join("overlay")), t.class.network.is_some()),
+                    .global_args(Some(&overlay), t.class.network.is_some()),
             );
             argv.extend([
                 "restore".to_string(),

@@ -18,7 +18,9 @@
 mod cgroup;
 mod checkpoint;
 mod config;
+pub mod disk;
 mod engine;
+mod instance_disk;
 pub mod net;
 mod runsc;
 pub mod shim;
@@ -26,3 +28,4 @@ mod targets;
 
 pub use cgroup::exists as cgroup_exists;
 pub use engine::{GvisorConfig, GvisorEngine};
+pub use instance_disk::DiskConfig;

@@ -33,6 +33,7 @@ impl Runsc {
         } else {
             args.push("--network=none".to_string());
         }
+        // Only the root is overlaid: writable bind mounts (volumes) must reach the host.
         if let Some(dir) = overlay_dir {
             args.push(format!("--overlay2=root:dir={}", dir.display()));
         }

@@ -24,7 +24,7 @@ use pandastack_guest_protocol::{read_frame, write_frame, FrameError};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,7 +78,12 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
     };
     let (host_end, guest_end) = UnixStream::pair()?;
     let guest_out = guest_end.try_clone()?;
-    let mut cmd = runsc_command(program, &args.command[1..], args.hide_proc_sys_net);
+    let mut cmd = runsc_command(
+        program,
+        &args.command[1..],
+        args.hide_proc_sys_net,
+        &args.exit_file,
+    );
     cmd.stdin(Stdio::from(OwnedFd::from(guest_end)))
         .stdout(Stdio::from(OwnedFd::from(guest_out)));
     let mut child = cmd.spawn()?;
@@ -121,20 +126,152 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
     Ok(code)
 }
 
-/// A runsc command with stderr to the shim's log, in the `/proc/sys/net` workaround when asked.
-fn runsc_command(program: &str, args: &[String], hide: bool) -> Command {
+/// A runsc command with stderr to the shim's log, in the `/proc/sys/net` workaround when asked
+/// (`exit_file` lies in the instance's directory: it names the instance's own disk).
+fn runsc_command(program: &str, args: &[String], hide: bool, exit_file: &Path) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args).stderr(Stdio::inherit());
     if hide {
         use std::os::unix::process::CommandExt;
+        let disks = ForeignDisks::of(exit_file);
         // SAFETY: the closure runs in the forked child before exec and only makes system
-        // calls (unshare, mount) with pointers to static C strings; it allocates nothing and
-        // touches no lock of the parent.
+        // calls (unshare, mount, open, read, umount2) with pointers to static C strings or to
+        // buffers on its own stack or made before the fork; it allocates nothing and touches
+        // no lock of the parent.
         unsafe {
-            cmd.pre_exec(hide_proc_sys_net);
+            cmd.pre_exec(move || {
+                hide_proc_sys_net()?;
+                disks.drop_copies();
+                Ok(())
+            });
         }
     }
     cmd
+}
+
+/// The disks of other instances (`<instances>/<id>/disk`, instance_disk.rs) as seen from a new
+/// mount namespace. The namespace starts with a private copy of every mount of the host, and
+/// the runsc process that lives in it for the instance's lifetime would keep other instances'
+/// disks mounted (and their loop devices attached, their images' space held) long after their
+/// own destroy unmounted them. The copies are unmounted right after `unshare`, from the
+/// namespace's own mount table, so a disk mounted meanwhile is not missed.
+struct ForeignDisks {
+    /// `<instances dir>/`, escaped as in `/proc/self/mountinfo`.
+    prefix: Vec<u8>,
+    /// This instance's own disk, escaped likewise (kept).
+    own: Vec<u8>,
+}
+
+impl ForeignDisks {
+    fn of(exit_file: &Path) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = exit_file.parent().unwrap_or(Path::new("/"));
+        let instances = dir.parent().unwrap_or(Path::new("/"));
+        let escape = |p: &Path| {
+            let mut out = Vec::new();
+            for &b in p.as_os_str().as_bytes() {
+                match b {
+                    b' ' | b'\t' | b'\n' | b'\\' => {
+                        out.extend_from_slice(format!("\\{b:03o}").as_bytes())
+                    }
+                    _ => out.push(b),
+                }
+            }
+            out
+        };
+        let mut prefix = escape(instances);
+        prefix.push(b'/');
+        ForeignDisks {
+            prefix,
+            own: escape(&dir.join("disk")),
+        }
+    }
+
+    /// Whether the escaped mount point `m` is another instance's disk.
+    fn is_foreign(&self, m: &[u8]) -> bool {
+        m.starts_with(&self.prefix)
+            && m.ends_with(b"/disk")
+            && m != self.own.as_slice()
+            && !m[self.prefix.len()..m.len() - b"/disk".len()].contains(&b'/')
+    }
+
+    /// In the child after `unshare`: lazily unmounts every foreign disk of this namespace.
+    /// Allocates nothing (it runs between fork and exec). Best effort: a disk it cannot read
+    /// or unmount stays, as before. Passes repeat while one unmounted something, because the
+    /// mount table changes under the reader.
+    fn drop_copies(&self) {
+        for _ in 0..8 {
+            if self.one_pass() == 0 {
+                return;
+            }
+        }
+    }
+
+    fn one_pass(&self) -> usize {
+        // SAFETY: a static NUL-terminated path; the fd is closed below.
+        let fd = unsafe {
+            libc::open(
+                c"/proc/self/mountinfo".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return 0;
+        }
+        let mut buf = [0u8; 4096];
+        let mut line = [0u8; 4096];
+        let (mut len, mut overlong, mut dropped) = (0usize, false, 0usize);
+        loop {
+            // SAFETY: `buf` is writable for its whole length.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            for &b in &buf[..n as usize] {
+                if b != b'\n' {
+                    if len < line.len() {
+                        line[len] = b;
+                        len += 1;
+                    } else {
+                        overlong = true;
+                    }
+                    continue;
+                }
+                if !overlong {
+                    let mount_point = line[..len].split(|&c| c == b' ').nth(4);
+                    if let Some(m) = mount_point.filter(|m| self.is_foreign(m)) {
+                        if unmount_escaped(m) {
+                            dropped += 1;
+                        }
+                    }
+                }
+                (len, overlong) = (0, false);
+            }
+        }
+        // SAFETY: `fd` was opened above and is closed once.
+        unsafe { libc::close(fd) };
+        dropped
+    }
+}
+
+/// `umount2(MNT_DETACH)` of a mount point escaped as in mountinfo (`\ooo`), unescaped into a
+/// stack buffer. Allocates nothing.
+fn unmount_escaped(m: &[u8]) -> bool {
+    let mut path = [0u8; 4097];
+    let (mut i, mut o) = (0, 0);
+    while i < m.len() && o < path.len() - 1 {
+        if m[i] == b'\\' && i + 3 < m.len() && m[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            path[o] = (m[i + 1] - b'0') * 64 + (m[i + 2] - b'0') * 8 + (m[i + 3] - b'0');
+            i += 4;
+        } else {
+            path[o] = m[i];
+            i += 1;
+        }
+        o += 1;
+    }
+    path[o] = 0;
+    // SAFETY: `path` is NUL-terminated within its length.
+    unsafe { libc::umount2(path.as_ptr().cast(), libc::MNT_DETACH) == 0 }
 }
 
 /// Serves the control socket until the second command arrives, runs it and returns its exit
@@ -175,7 +312,7 @@ fn second_stage(args: &ShimArgs, control: &PathBuf, guest_closed: &AtomicBool) -
             let _ = writeln!(reply, "error: empty argv");
             continue;
         };
-        let mut cmd = runsc_command(program, rest, args.hide_proc_sys_net);
+        let mut cmd = runsc_command(program, rest, args.hide_proc_sys_net, &args.exit_file);
         cmd.stdin(Stdio::null()).stdout(Stdio::null());
         match cmd.spawn() {
             Ok(mut child) => {
@@ -309,5 +446,16 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.join("exit")).unwrap(), "137");
         assert!(!dir.join("control.sock").exists() && !dir.join("guest.sock").exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_other_instances_disks_are_foreign() {
+        let d = ForeignDisks::of(Path::new("/data/my dir/instances/ps-a/exit"));
+        assert_eq!(d.prefix, b"/data/my\\040dir/instances/".to_vec());
+        assert!(d.is_foreign(b"/data/my\\040dir/instances/ps-b/disk"));
+        assert!(!d.is_foreign(b"/data/my\\040dir/instances/ps-a/disk"));
+        assert!(!d.is_foreign(b"/data/my\\040dir/instances/ps-b/disk/x/disk"));
+        assert!(!d.is_foreign(b"/data/other/instances/ps-b/disk"));
+        assert!(!d.is_foreign(b"/run/netns/ps-b"));
     }
 }

@@ -136,6 +136,7 @@ mod tests {
             cpu,
             memory_mb: 512,
             network: None,
+            disk_mb: Some(1024),
         }
     }
 

@@ -114,6 +114,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
         shim_command: vec![shim.display().to_string(), "shim".into()],
         network: None,
         instances_dir: work.clone(),
+        disks: None,
     })
     .unwrap();
     // Ids unique to this run: a killed earlier run may have left cgroups behind (frozen ones
@@ -136,6 +137,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
             hostname: "sandbox".into(),
             network: None,
             template_build: false,
+            disk_mb: Some(256),
         }
     };
 
@@ -205,6 +207,142 @@ async fn boot_checkpoint_restore_pause_destroy() {
         );
     }
     assert!(engine.list().await.unwrap().is_empty());
+    assert_no_disks_under(&work);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// No mount and no loop device of an image under `dir` is left.
+fn assert_no_disks_under(dir: &std::path::Path) {
+    // Loop devices are detached asynchronously after their last unmount.
+    for _ in 0..50 {
+        let (mounts, loops) = pandastack_gvisor::disk::collect_stale(dir);
+        if mounts.is_empty() && loops.is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "disks left under {}: {:?}",
+        dir.display(),
+        pandastack_gvisor::disk::collect_stale(dir)
+    );
+}
+
+/// Issue 8: what a sandbox writes (its root and /tmp) lands on its own size-limited disk. Past
+/// the size the sandbox gets ENOSPC and keeps running, the host holds no more than the disk;
+/// a restore gets its own disk with the data; destroying unmounts and detaches everything.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_bounds_what_a_sandbox_writes() {
+    let Some((rootfs, guest_dir, shim)) = prerequisites() else {
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("pandastack-disk-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let engine = GvisorEngine::new(GvisorConfig {
+        runsc: "runsc".into(),
+        state_root: work.join("runsc"),
+        platform: "ptrace".into(),
+        shim_command: vec![shim.display().to_string(), "shim".into()],
+        network: None,
+        instances_dir: work.clone(),
+        disks: Some(pandastack_gvisor::DiskConfig {
+            spares_dir: work.join("disks"),
+            spare_mb: 128,
+            stock: 1,
+        }),
+    })
+    .unwrap();
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let spec = |n: u8| {
+        let mut bytes = [n; 16];
+        bytes[..12].copy_from_slice(&(nonce ^ u128::from(std::process::id())).to_be_bytes()[4..]);
+        let id = instance_id_from(bytes);
+        SandboxSpec {
+            dir: work.join(&id),
+            instance_id: id,
+            rootfs: rootfs.clone(),
+            guest_dir: guest_dir.clone(),
+            cpu: 1,
+            memory_mb: 256,
+            hostname: "sandbox".into(),
+            network: None,
+            template_build: false,
+            disk_mb: Some(128),
+        }
+    };
+    let a = spec(1);
+    let inst = engine.boot(&a).await.expect("boot");
+    let (out, code) = exec_stdout(
+        &inst.guest_socket,
+        "sh -c 'echo kept > /tmp/t; dd if=/dev/zero of=/root/fill bs=1M count=300 2>&1; cat /tmp/t'",
+    );
+    assert!(out.contains("No space left on device"), "{out}");
+    assert!(out.ends_with("kept\n"), "{out}");
+    assert_eq!(code, 0);
+    let (used, total) = engine.disk_usage(&a.dir).expect("disk usage");
+    assert!(
+        total <= 130 << 20 && used > 100 << 20,
+        "used {used} of {total}"
+    );
+    // The host holds what the disk holds, not the 300 MB asked for.
+    let host_bytes = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(a.dir.join("disk.img")).unwrap().blocks() * 512
+    };
+    assert!(
+        host_bytes <= 140 << 20,
+        "the image holds {host_bytes} bytes"
+    );
+    // Freeing space works, and the sandbox goes on.
+    assert_eq!(
+        exec_stdout(&inst.guest_socket, "sh -c 'rm /root/fill; echo freed'").0,
+        "freed\n"
+    );
+    exec_stdout(
+        &inst.guest_socket,
+        "sh -c 'head -c 50000000 /dev/urandom > /root/data; md5sum /root/data > /tmp/sum'",
+    );
+    let image = work.join("image");
+    engine
+        .checkpoint(&a.instance_id, &image, true)
+        .await
+        .expect("checkpoint");
+    let b = spec(2);
+    let restored = engine.restore(&b, &image).await.expect("restore");
+    assert_eq!(
+        exec_stdout(&restored.guest_socket, "sh -c 'md5sum -c /tmp/sum'").0,
+        "/root/data: OK\n"
+    );
+    let (used_b, _) = engine.disk_usage(&b.dir).expect("restored disk usage");
+    assert!(
+        used_b > 45 << 20,
+        "the copy is on the restored disk: {used_b}"
+    );
+    for s in [&a, &b] {
+        engine
+            .destroy(&s.instance_id, &s.dir)
+            .await
+            .expect("destroy");
+        assert!(!s.dir.exists(), "instance dir left behind");
+    }
+    assert_no_disks_under(&work);
+    // A loop device a crash left attached (no mount) is detached by start-up recovery.
+    let stray = work.join("ps-stray").join("disk.img");
+    std::fs::create_dir_all(stray.parent().unwrap()).unwrap();
+    pandastack_gvisor::disk::format(&stray, 64).expect("format");
+    let attached = std::process::Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&stray)
+        .output()
+        .unwrap();
+    assert!(attached.status.success(), "losetup: {attached:?}");
+    assert_eq!(pandastack_gvisor::disk::collect_stale(&work).1.len(), 1);
+    engine.recover(&[]).await.expect("recovery");
+    assert_no_disks_under(&work);
     let _ = std::fs::remove_dir_all(&work);
 }
 
@@ -279,6 +417,7 @@ async fn networked_instances_get_their_own_address_and_policy() {
             stock: 1,
         }),
         instances_dir: work.clone(),
+        disks: None,
     })
     .unwrap();
     engine.recover(&[]).await.expect("network recovery");
@@ -300,6 +439,7 @@ async fn networked_instances_get_their_own_address_and_policy() {
             hostname: "sandbox".into(),
             network: Some(pandastack_engine::NetworkPolicy::open()),
             template_build: false,
+            disk_mb: Some(256),
         }
     };
 
@@ -414,6 +554,7 @@ async fn restores_land_on_containers_made_in_advance() {
             stock: 0,
         }),
         instances_dir: work.join("instances"),
+        disks: None,
     })
     .unwrap();
     engine.recover(&[]).await.expect("network recovery");
@@ -435,6 +576,7 @@ async fn restores_land_on_containers_made_in_advance() {
             hostname: "sandbox".into(),
             network: Some(policy),
             template_build: false,
+            disk_mb: Some(256),
         }
     };
     let open = pandastack_engine::NetworkPolicy::open();

@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the API server, scheduler, store and host agent on this host.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Bake templates on this host (server-side; needs root and mmdebstrap).
     #[command(name = "template-bake", hide = true)]
     TemplateBakeLocal(BakeArgs),
@@ -128,6 +128,16 @@ struct ServerArgs {
     /// more than the store and logs need).
     #[arg(long, env = "PANDASTACK_DISK_RESERVE_MAX_GB", default_value_t = 4.0)]
     disk_reserve_max_gb: f64,
+    /// Disk of a sandbox whose create gives no disk_mb, MiB: its writable root and /tmp; past it
+    /// writes fail with ENOSPC inside the sandbox.
+    #[arg(long, env = "PANDASTACK_DEFAULT_DISK_MB", default_value_t = 10240)]
+    default_disk_mb: u32,
+    /// Largest disk_mb a create may ask for, MiB.
+    #[arg(long, env = "PANDASTACK_MAX_DISK_MB", default_value_t = 102400)]
+    max_disk_mb: u32,
+    /// Disks of the default size formatted ahead of time (restores and forks take one).
+    #[arg(long, env = "PANDASTACK_SPARE_DISKS", default_value_t = 4)]
+    spare_disks: usize,
     /// API requests per second per workspace, bursts of twice that; past it 429 (0: no limit).
     #[arg(long, env = "PANDASTACK_RATE_LIMIT", default_value_t = pandastack_server::ratelimit::DEFAULT_REQUESTS_PER_SECOND)]
     rate_limit: u32,
@@ -250,6 +260,11 @@ fn main() -> Result<()> {
                     netns_stock: a.netns_stock,
                     preview_host_suffix: a.preview_host_suffix,
                     public_previews: a.public_previews,
+                },
+                disks: pandastack_server::DiskSettings {
+                    default_disk_mb: a.default_disk_mb,
+                    max_disk_mb: a.max_disk_mb,
+                    spare_disks: a.spare_disks,
                 },
                 capacity: pandastack_server::CapacitySettings {
                     max_sandboxes: a.max_sandboxes,

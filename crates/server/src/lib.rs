@@ -109,6 +109,19 @@ pub struct ServerConfig {
     pub builds: builds::BuildsConfig,
     /// Capacity and quotas (issue 8).
     pub capacity: CapacitySettings,
+    /// Sandbox disks (issue 8).
+    pub disks: DiskSettings,
+}
+
+/// Disk settings of `pandastack server` (issue 8; README "Limits").
+#[derive(Debug, Clone)]
+pub struct DiskSettings {
+    /// `--default-disk-mb`: disk of a sandbox whose create gives no `disk_mb`.
+    pub default_disk_mb: u32,
+    /// `--max-disk-mb`: largest `disk_mb` a create may ask for.
+    pub max_disk_mb: u32,
+    /// `--spare-disks`: disks of the default size formatted ahead of time.
+    pub spare_disks: usize,
 }
 
 /// Capacity settings of `pandastack server` (issue 8; README "Limits").
@@ -221,6 +234,11 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             shim_command: cfg.shim_command.clone(),
             network,
             instances_dir: cfg.data_dir.join("instances"),
+            disks: Some(pandastack_gvisor::DiskConfig {
+                spares_dir: cfg.data_dir.join("disks"),
+                spare_mb: cfg.disks.default_disk_mb,
+                stock: cfg.disks.spare_disks,
+            }),
         },
     )?);
     let secret = store.setting_or_insert(previews::SECRET_SETTING, || {
@@ -251,6 +269,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             }),
             limits: cfg.capacity.limits()?,
             builds: cfg.builds.clone(),
+            default_disk_mb: cfg.disks.default_disk_mb,
+            max_disk_mb: cfg.disks.max_disk_mb,
         },
     );
     host.recover()

@@ -59,6 +59,10 @@ pub struct SandboxRow {
     pub network: Option<serde_json::Value>,
     /// Host-reachable address of the current instance (issue 7), when it has a network.
     pub guest_ip: Option<String>,
+    /// Size of the sandbox's disk, MiB (issue 8); `None`: a sandbox made before disks existed
+    /// (its instances keep that layout).
+    #[serde(default)]
+    pub disk_mb: Option<u32>,
 }
 
 /// A code context: a REST handle bound to one kernel in a sandbox.
@@ -89,6 +93,10 @@ pub struct SnapshotRow {
     /// Kernels live at capture time: `[{kernel_id, language, last_used_ms}]` as JSON.
     pub kernels: serde_json::Value,
     pub created_at: i64,
+    /// Disk size of the captured sandbox, MiB; restores get the same (`None`: taken before
+    /// disks existed, restored in that layout).
+    #[serde(default)]
+    pub disk_mb: Option<u32>,
 }
 
 /// One lifecycle transition.

@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension};
 
 const SANDBOX_COLS: &str = "id, workspace_id, template, template_generation, status, cpu, memory_mb, metadata, envs,
     ttl_seconds, persistent, created_at, last_active_at, instance_id, instance_dir, rootfs, guest_dir, boot_ms,
-    boot_mode, from_snapshot, hibernate_image, deleted_at, network, guest_ip";
+    boot_mode, from_snapshot, hibernate_image, deleted_at, network, guest_ip, disk_mb";
 
 fn sandbox_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
     let json = |i: usize| -> rusqlite::Result<std::collections::BTreeMap<String, String>> {
@@ -50,6 +50,7 @@ fn sandbox_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
             })
             .transpose()?,
         guest_ip: r.get(23)?,
+        disk_mb: r.get(24)?,
     })
 }
 
@@ -62,7 +63,7 @@ impl Store {
         let sql = format!(
             "INSERT OR REPLACE INTO sandboxes ({SANDBOX_COLS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
-              ?23, ?24)"
+              ?23, ?24, ?25)"
         );
         self.conn().execute(
             &sql,
@@ -90,7 +91,8 @@ impl Store {
                 s.hibernate_image,
                 s.deleted_at,
                 s.network.as_ref().map(|v| v.to_string()),
-                s.guest_ip
+                s.guest_ip,
+                s.disk_mb
             ],
         )?;
         Ok(())
@@ -192,8 +194,8 @@ impl Store {
     pub fn insert_snapshot(&self, s: &SnapshotRow) -> Result<(), StoreError> {
         self.conn().execute(
             "INSERT INTO snapshots (id, workspace_id, sandbox_id, template, template_generation, cpu, memory_mb,
-             rootfs, guest_dir, image_dir, size_bytes, kernels, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             rootfs, guest_dir, image_dir, size_bytes, kernels, created_at, disk_mb)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 s.id,
                 s.workspace_id,
@@ -207,7 +209,8 @@ impl Store {
                 s.image_dir,
                 s.size_bytes,
                 s.kernels.to_string(),
-                s.created_at
+                s.created_at,
+                s.disk_mb
             ],
         )?;
         Ok(())
@@ -225,7 +228,7 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT id, workspace_id, sandbox_id, template, template_generation, cpu, memory_mb, rootfs, guest_dir,
-             image_dir, size_bytes, kernels, created_at FROM snapshots
+             image_dir, size_bytes, kernels, created_at, disk_mb FROM snapshots
              WHERE workspace_id = ?1 AND (?2 IS NULL OR sandbox_id = ?2) ORDER BY created_at DESC",
         )?;
         let rows = stmt.query_map(params![workspace_id, sandbox_id], snapshot_from_row)?;
@@ -245,7 +248,7 @@ impl Store {
             .conn()
             .query_row(
                 "SELECT id, workspace_id, sandbox_id, template, template_generation, cpu, memory_mb, rootfs, guest_dir,
-                 image_dir, size_bytes, kernels, created_at FROM snapshots WHERE workspace_id = ?1 AND id = ?2",
+                 image_dir, size_bytes, kernels, created_at, disk_mb FROM snapshots WHERE workspace_id = ?1 AND id = ?2",
                 params![workspace_id, id],
                 snapshot_from_row,
             )
@@ -357,6 +360,7 @@ fn snapshot_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SnapshotRow> {
         size_bytes: r.get(10)?,
         kernels: serde_json::from_str(&kernels).unwrap_or(serde_json::Value::Null),
         created_at: r.get(12)?,
+        disk_mb: r.get(13)?,
     })
 }
 
@@ -391,6 +395,7 @@ mod tests {
             deleted_at: None,
             network: Some(serde_json::json!({"internet": true})),
             guest_ip: Some("10.201.0.6".into()),
+            disk_mb: Some(1024),
         }
     }
 

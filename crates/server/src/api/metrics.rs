@@ -95,10 +95,15 @@ async fn sandbox_metrics(
     Path(id): Path<String>,
 ) -> Result<Json<pandastack_api::SandboxMetrics>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
-    let (iid, status) = {
+    let (iid, status, dir) = {
         let r = live.row.lock().await;
-        (r.instance_id.clone(), r.status.clone())
+        (
+            r.instance_id.clone(),
+            r.status.clone(),
+            r.instance_dir.clone(),
+        )
     };
+    let disk = dir.and_then(|d| st.host.engine.disk_usage(std::path::Path::new(&d)));
     let stats = match &iid {
         Some(i) => st
             .host
@@ -115,5 +120,7 @@ async fn sandbox_metrics(
         rss_bytes: stats.memory_bytes,
         cpu_ns: stats.cpu_ns,
         cpu_percent: live.cpu_percent(),
+        disk_used_bytes: disk.map(|(used, _)| used),
+        disk_limit_bytes: disk.map(|(_, total)| total),
     }))
 }

@@ -68,6 +68,7 @@ pub fn sandbox_json(r: &SandboxRow) -> pandastack_api::Sandbox {
         persistent: r.persistent,
         ttl_seconds: r.ttl_seconds,
         from_snapshot: r.from_snapshot.clone(),
+        disk_mb: r.disk_mb,
     }
 }
 

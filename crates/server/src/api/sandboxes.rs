@@ -83,6 +83,22 @@ fn check_ttl(ttl: i64) -> Result<i64, ApiError> {
     Ok(ttl)
 }
 
+/// The disk size of a create: the request's, or the server default.
+///
+/// # Errors
+/// 400 naming `disk_mb` when it is below the smallest disk or above `--max-disk-mb`.
+fn check_disk(asked: Option<u32>, cfg: &crate::host::HostConfig) -> Result<u32, ApiError> {
+    let mb = asked.unwrap_or(cfg.default_disk_mb);
+    let min = pandastack_gvisor::disk::MIN_DISK_MB.max(256);
+    if !(min..=cfg.max_disk_mb).contains(&mb) {
+        return Err(ApiError::BadRequest(format!(
+            "disk_mb must be between {min} and {}, got {mb}",
+            cfg.max_disk_mb
+        )));
+    }
+    Ok(mb)
+}
+
 /// A `cpu` / `memory_mb` value of a create body: absent, or a positive integer.
 ///
 /// # Errors
@@ -148,8 +164,10 @@ async fn create(
         same_size("memory_mb", memory_mb, tpl.memory_mb, &tpl.name, "MiB")?;
     }
     let network = network_policy(st.host.cfg.default_network_policy(), &req)?;
+    let disk_mb = check_disk(req.disk_mb, &st.host.cfg)?;
     let spec = CreateSpec {
         network,
+        disk_mb,
         workspace_id: caller.workspace_id,
         template,
         ttl_seconds: ttl,

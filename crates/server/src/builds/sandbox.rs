@@ -114,6 +114,9 @@ pub async fn run(
         host.cfg
             .network
             .map(|_| pandastack_engine::NetworkPolicy::open()),
+        // No disk: a build writes straight into its rootfs copy (the build's size limit
+        // bounds it), never through an overlay.
+        None,
     );
     spec.template_build = true;
     let started = std::time::Instant::now();

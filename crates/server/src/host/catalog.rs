@@ -245,6 +245,7 @@ impl Host {
                 cpu: tpl.cpu,
                 memory_mb: tpl.memory_mb,
                 network: self.cfg.default_network_policy(),
+                disk_mb: Some(self.cfg.default_disk_mb),
             },
             0,
         );

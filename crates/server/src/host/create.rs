@@ -26,6 +26,9 @@ pub struct CreateSpec {
     pub envs: BTreeMap<String, String>,
     /// Egress policy of the sandbox's network; `None`: no network (networking off).
     pub network: Option<NetworkPolicy>,
+    /// Disk size, MiB (validated; the server default when the request gave none). A restore
+    /// or fork takes its source's instead.
+    pub disk_mb: u32,
 }
 
 impl CreateSpec {
@@ -69,6 +72,7 @@ impl CreateSpec {
                 .as_ref()
                 .and_then(|p| serde_json::to_value(p).ok()),
             guest_ip: None,
+            disk_mb: Some(self.disk_mb),
         }
     }
 }
@@ -108,6 +112,7 @@ impl Host {
         cpu: u32,
         memory_mb: u32,
         network: Option<NetworkPolicy>,
+        disk_mb: Option<u32>,
     ) -> SandboxSpec {
         let instance_id = instance_id_from(*uuid::Uuid::new_v4().as_bytes());
         SandboxSpec {
@@ -120,6 +125,7 @@ impl Host {
             hostname: "sandbox".into(),
             network,
             template_build: false,
+            disk_mb,
         }
     }
 
@@ -185,6 +191,7 @@ impl Host {
                 r.cpu,
                 r.memory_mb,
                 super::network::policy_of(&r),
+                r.disk_mb,
             )
         };
         {

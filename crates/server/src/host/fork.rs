@@ -76,6 +76,7 @@ impl Host {
                 size_bytes: 0,
                 kernels: serde_json::Value::Null,
                 created_at: now_ms(),
+                disk_mb: r.disk_mb,
             };
             let mut md = metadata;
             md.insert("parent_id".into(), r.id.clone());
@@ -88,6 +89,7 @@ impl Host {
                 metadata: md,
                 envs: r.envs.clone(),
                 network: super::network::policy_of(&r),
+                disk_mb: r.disk_mb.unwrap_or(self.cfg.default_disk_mb),
             };
             (base, spec)
         };

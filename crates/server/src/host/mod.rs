@@ -67,6 +67,10 @@ pub struct HostConfig {
     pub limits: Limits,
     /// Limits and quotas of user template builds.
     pub builds: crate::builds::BuildsConfig,
+    /// Disk size of a sandbox whose create gives none, MiB (`--default-disk-mb`).
+    pub default_disk_mb: u32,
+    /// Largest disk a create may ask for, MiB (`--max-disk-mb`).
+    pub max_disk_mb: u32,
 }
 
 /// Server-wide defaults of sandbox networking.

@@ -111,6 +111,10 @@ impl Host {
         tpl: &TemplateInfo,
         started: Instant,
     ) -> Option<Result<Arc<Live>, ApiError>> {
+        // Pooled instances have the default disk: a create asking for another size restores.
+        if spec.disk_mb != self.cfg.default_disk_mb {
+            return None;
+        }
         let image = self.ready_template_image(tpl)?.display().to_string();
         let key = template_key(tpl);
         self.pool
@@ -272,6 +276,7 @@ impl Host {
             tpl.cpu,
             tpl.memory_mb,
             self.cfg.default_network_policy(),
+            Some(self.cfg.default_disk_mb),
         );
         let inst = match self.engine.restore(&spec, &image).await {
             Ok(i) => i,

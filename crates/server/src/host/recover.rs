@@ -79,7 +79,8 @@ impl Host {
                 let name = d.file_name().to_string_lossy().into_owned();
                 if !owned.contains(&name) && !known.contains(&name) {
                     warn!(instance_id = %name, "removing directory of a vanished instance");
-                    let _ = std::fs::remove_dir_all(d.path());
+                    // Through the engine: the directory may hold a mounted disk.
+                    let _ = self.engine.destroy(&name, &d.path()).await;
                 }
             }
         }

@@ -110,6 +110,7 @@ impl Host {
             size_bytes: 0,
             kernels: serde_json::Value::Null,
             created_at: now_ms(),
+            disk_mb: r.disk_mb,
         };
         // Crash-safe: the intent is recorded first, the image is written beside its final
         // place and renamed once complete (operations.rs).
@@ -175,7 +176,7 @@ impl Host {
         let started = Instant::now();
         let from_snapshot =
             (boot_mode == "snapshot" && base.id.starts_with("snap-")).then(|| base.id.clone());
-        let row = spec.row(
+        let mut row = spec.row(
             &base.template,
             base.template_generation,
             (base.cpu, base.memory_mb),
@@ -183,6 +184,9 @@ impl Host {
             boot_mode,
             from_snapshot,
         );
+        // The image decides the layout: the disk of its sandbox (none for an image taken
+        // before disks existed).
+        row.disk_mb = base.disk_mb;
         self.store.put_sandbox(&row)?;
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());

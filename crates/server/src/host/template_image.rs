@@ -50,7 +50,9 @@ impl Host {
             .data_dir
             .join("template-images")
             .join(template_key(tpl))
-            .join(format!("{}-{guest}{mode}", tpl.build_id))
+            // `-disk`: taken with the instance-disk layout (the root overlay on a disk, /tmp in
+            // it, a bounded /dev/shm); restores must use the layout of their image.
+            .join(format!("{}-{guest}{mode}-disk", tpl.build_id))
     }
 
     /// Asks the engine to keep `--restore-targets` containers of `tpl`'s class made in
@@ -64,6 +66,8 @@ impl Host {
                 cpu: tpl.cpu,
                 memory_mb: tpl.memory_mb,
                 network: self.cfg.default_network_policy(),
+                // Targets carry a disk of the default size, made with them ahead of time.
+                disk_mb: Some(self.cfg.default_disk_mb),
             },
             self.cfg.restore_targets,
         );
@@ -130,6 +134,7 @@ impl Host {
                 allow_out: Vec::new(),
                 deny_out: Vec::new(),
             }),
+            Some(self.cfg.default_disk_mb),
         );
         let inst = self
             .engine
@@ -192,6 +197,8 @@ impl Host {
             size_bytes: 0,
             kernels: serde_json::Value::Null,
             created_at: 0,
+            // A template image restores into a disk of any size: the create's.
+            disk_mb: Some(spec.disk_mb),
         };
         match self
             .create_from_image(spec, &base, &image, "snapshot")
