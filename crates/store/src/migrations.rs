@@ -123,6 +123,7 @@ const MIGRATIONS: &[&str] = &[
         ended_at INTEGER
     );
     CREATE INDEX template_builds_workspace ON template_builds(workspace_id, created_at);
+    "#,
     // 5: the disk size of each sandbox and snapshot (issue 8); NULL for those made before.
     r#"
     ALTER TABLE sandboxes ADD COLUMN disk_mb INTEGER;
