@@ -401,11 +401,16 @@ def cgroup_quota_of_new_instance(server, before: set[str]) -> int:
     return max(quotas)
 
 
-def test_cpu_and_memory_are_baked_in(tc, server):
-    build_ok(tc, "e2e-size", "FROM base\nRUN true\n", cpu=2, memory_mb=768)
+def test_cpu_memory_and_disk_are_baked_in(tc, server):
+    build_ok(tc, "e2e-size", "FROM base\nRUN true\n", cpu=2, memory_mb=768, size_mb=512)
+    assert raw(tc, "/templates/e2e-size")["size_mb"] == 512
     before = instance_dirs(server.data_dir)
     sb = tc.sandboxes.create(template="e2e-size")
     assert (sb.cpu, sb.memory_mb) == (2, 768)
+    # size_mb is the disk of the template's sandboxes (their writable root and /tmp).
+    assert raw(tc, f"/sandboxes/{sb.id}")["disk_mb"] == 512
+    limit = raw(tc, f"/sandboxes/{sb.id}/metrics")["disk_limit_bytes"]
+    assert 400 * 1024 * 1024 < limit <= 512 * 1024 * 1024, limit
     r = sb.exec("nproc; grep MemTotal /proc/meminfo")
     nproc, meminfo = r.stdout.splitlines()
     assert int(nproc) == 2
@@ -417,6 +422,15 @@ def test_cpu_and_memory_are_baked_in(tc, server):
     assert restored.exec("grep MemTotal /proc/meminfo").stdout.split()[1] == str(768 * 1024)
     child = sb.fork()
     assert (child.cpu, child.memory_mb) == (2, 768)
+    assert raw(tc, f"/sandboxes/{restored.id}")["disk_mb"] == raw(tc, f"/sandboxes/{child.id}")["disk_mb"] == 512
+    # A create may still ask for another disk than the template's.
+    other = requests.post(
+        f"{tc.api_url}/v1/sandboxes",
+        json={"template": "e2e-size", "disk_mb": 1024},
+        headers={"Authorization": f"Bearer {tc.api_key}"},
+        timeout=120,
+    )
+    assert other.status_code == 201 and other.json()["disk_mb"] == 1024, other.text
 
 
 def test_bad_requests_name_the_field(api, server):
@@ -428,6 +442,7 @@ def test_bad_requests_name_the_field(api, server):
     assert_json_error(post(data={"name": "Bad_Name", "dockerfile": "FROM base"}), "name", status=400)
     assert_json_error(post(data={"name": "ok", "dockerfile": "FROM base", "cpu": "0"}), "cpu", status=400)
     assert_json_error(post(data={"name": "ok", "dockerfile": "FROM base", "memory_mb": "lots"}), "memory_mb", status=400)
+    assert_json_error(post(data={"name": "ok", "dockerfile": "FROM base", "size_mb": "1"}), "size_mb", status=400)
     assert_json_error(post(data={"name": "ok"}), "dockerfile", "rootfs", status=400)
     assert_json_error(post(data={"name": "ok", "dockerfile": "FROM base", "color": "red"}), "color", "unknown field", status=400)
     assert_json_error(post(json={"name": "ok"}), "content type", status=400)

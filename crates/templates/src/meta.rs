@@ -49,7 +49,8 @@ pub struct TemplateInfo {
     pub kind: TemplateKind,
     /// Template a Dockerfile build started `FROM` (its name), if any.
     pub base: Option<String>,
-    /// Disk size asked for at build time, MiB (user templates; `None` for the built-ins).
+    /// Disk of the template's sandboxes, MiB: `size_mb` of the build (user templates; `None`
+    /// for the built-ins, whose sandboxes get the server default).
     pub disk_mb: Option<u32>,
     /// What the rootfs contains (user templates; the built-ins are known to have everything).
     pub probes: Option<Probes>,

@@ -83,20 +83,32 @@ fn check_ttl(ttl: i64) -> Result<i64, ApiError> {
     Ok(ttl)
 }
 
-/// The disk size of a create: the request's, or the server default.
+/// The disk size of a create: the request's, else the template's (`size_mb` of a user
+/// template, issue 13 "Size"), else the server default.
 ///
 /// # Errors
 /// 400 naming `disk_mb` when it is below the smallest disk or above `--max-disk-mb`.
-fn check_disk(asked: Option<u32>, cfg: &crate::host::HostConfig) -> Result<u32, ApiError> {
-    let mb = asked.unwrap_or(cfg.default_disk_mb);
-    let min = pandastack_gvisor::disk::MIN_DISK_MB.max(256);
-    if !(min..=cfg.max_disk_mb).contains(&mb) {
+fn check_disk(
+    asked: Option<u32>,
+    template_mb: Option<u32>,
+    cfg: &crate::host::HostConfig,
+) -> Result<u32, ApiError> {
+    let mb = asked.or(template_mb).unwrap_or(cfg.default_disk_mb);
+    let bounds = disk_bounds(cfg);
+    if !bounds.contains(&mb) {
         return Err(ApiError::BadRequest(format!(
-            "disk_mb must be between {min} and {}, got {mb}",
-            cfg.max_disk_mb
+            "disk_mb must be between {} and {}, got {mb}",
+            bounds.start(),
+            bounds.end()
         )));
     }
     Ok(mb)
+}
+
+/// The disk sizes a sandbox may have, MiB: from the smallest disk the engine makes (at least
+/// 256) to `--max-disk-mb`. Template builds check their `size_mb` against it too.
+pub(crate) fn disk_bounds(cfg: &crate::host::HostConfig) -> std::ops::RangeInclusive<u32> {
+    pandastack_gvisor::disk::MIN_DISK_MB.max(256)..=cfg.max_disk_mb
 }
 
 /// A `cpu` / `memory_mb` value of a create body: absent, or a positive integer.
@@ -156,15 +168,17 @@ async fn create(
     crate::extract::metadata(req.metadata.as_ref())?;
     let cpu = size_field("cpu", req.cpu.as_ref())?;
     let memory_mb = size_field("memory_mb", req.memory_mb.as_ref())?;
+    let mut template_disk_mb = None;
     if req.from_snapshot.is_none() {
         // Seed 000: "bake the size you need into the template". With from_snapshot the
         // snapshot's sizes win and request values are ignored (same seed).
         let tpl = st.host.template(&caller.workspace_id, &template)?;
         same_size("cpu", cpu, tpl.cpu, &tpl.name, "CPUs")?;
         same_size("memory_mb", memory_mb, tpl.memory_mb, &tpl.name, "MiB")?;
+        template_disk_mb = tpl.disk_mb;
     }
     let network = network_policy(st.host.cfg.default_network_policy(), &req)?;
-    let disk_mb = check_disk(req.disk_mb, &st.host.cfg)?;
+    let disk_mb = check_disk(req.disk_mb, template_disk_mb, &st.host.cfg)?;
     let spec = CreateSpec {
         network,
         disk_mb,

@@ -89,7 +89,8 @@ async fn build(
     };
     let accepted = async {
         let form = build_form::read(req, &dir.join("input"), limits).await?;
-        let sub = submission(&caller, id, form, cfg.max_context_bytes)?;
+        let disk = super::sandboxes::disk_bounds(&st.host.cfg);
+        let sub = submission(&caller, id, form, cfg.max_context_bytes, disk)?;
         st.host.check_build_quota(&sub.workspace_id, &sub.name)?;
         st.host.submit_build(sub)
     }
@@ -107,13 +108,15 @@ async fn build(
 ///
 /// # Errors
 /// 400 naming the field: unknown field, `image_ref` (no registry is reachable), a missing or
-/// invalid or built-in `name`, resources out of range, neither `dockerfile` nor a `rootfs`
-/// file, a bad context path; 413 for a context over the limit.
+/// invalid or built-in `name`, resources out of range (`size_mb`, the disk of the template's
+/// sandboxes, within `disk`), neither `dockerfile` nor a `rootfs` file, a bad context path;
+/// 413 for a context over the limit.
 fn submission(
     caller: &Caller,
     id: String,
     form: BuildForm,
     max_context: u64,
+    disk: std::ops::RangeInclusive<u32>,
 ) -> Result<Submission, ApiError> {
     let BuildForm { mut fields, files } = form;
     if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
@@ -148,7 +151,14 @@ fn submission(
     let resources = Resources {
         cpu: number(&fields, "cpu", 1, 1, 64)?,
         memory_mb: number(&fields, "memory_mb", 512, 128, 256 * 1024)?,
-        disk_mb: number(&fields, "size_mb", 1024, 64, 1024 * 1024)?,
+        // The SDKs send 1024 unless told otherwise (contract §2.8).
+        disk_mb: number(
+            &fields,
+            "size_mb",
+            1024.min(*disk.end()),
+            *disk.start(),
+            *disk.end(),
+        )?,
     };
     let mut notes = Vec::new();
     if fields.contains_key("kernel") {

@@ -84,6 +84,12 @@ impl Host {
         Ok(all)
     }
 
+    /// The disk of `tpl`'s sandboxes, MiB: a user template's `size_mb` (issue 13 "Size": creates
+    /// from it, its warm pool and its restore targets get it), else `--default-disk-mb`.
+    pub fn disk_of(&self, tpl: &TemplateInfo) -> u32 {
+        tpl.disk_mb.unwrap_or(self.cfg.default_disk_mb)
+    }
+
     /// Bytes of template rootfs workspace `workspace_id` holds: every build on disk, old ones
     /// kept for running sandboxes included (issue 13 "Quotas").
     pub fn template_bytes(&self, workspace_id: &str) -> u64 {
@@ -245,7 +251,7 @@ impl Host {
                 cpu: tpl.cpu,
                 memory_mb: tpl.memory_mb,
                 network: self.cfg.default_network_policy(),
-                disk_mb: Some(self.cfg.default_disk_mb),
+                disk_mb: Some(self.disk_of(tpl)),
             },
             0,
         );

@@ -111,8 +111,8 @@ impl Host {
         tpl: &TemplateInfo,
         started: Instant,
     ) -> Option<Result<Arc<Live>, ApiError>> {
-        // Pooled instances have the default disk: a create asking for another size restores.
-        if spec.disk_mb != self.cfg.default_disk_mb {
+        // Pooled instances have the template's disk: a create asking for another size restores.
+        if spec.disk_mb != self.disk_of(tpl) {
             return None;
         }
         let image = self.ready_template_image(tpl)?.display().to_string();
@@ -276,7 +276,7 @@ impl Host {
             tpl.cpu,
             tpl.memory_mb,
             self.cfg.default_network_policy(),
-            Some(self.cfg.default_disk_mb),
+            Some(self.disk_of(tpl)),
         );
         let inst = match self.engine.restore(&spec, &image).await {
             Ok(i) => i,

@@ -66,8 +66,8 @@ impl Host {
                 cpu: tpl.cpu,
                 memory_mb: tpl.memory_mb,
                 network: self.cfg.default_network_policy(),
-                // Targets carry a disk of the default size, made with them ahead of time.
-                disk_mb: Some(self.cfg.default_disk_mb),
+                // Targets carry a disk of the template's size, made with them ahead of time.
+                disk_mb: Some(self.disk_of(tpl)),
             },
             self.cfg.restore_targets,
         );
@@ -134,7 +134,7 @@ impl Host {
                 allow_out: Vec::new(),
                 deny_out: Vec::new(),
             }),
-            Some(self.cfg.default_disk_mb),
+            Some(self.disk_of(tpl)),
         );
         let inst = self
             .engine
