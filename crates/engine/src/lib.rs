@@ -20,6 +20,7 @@ pub use network::{
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 /// Engine-level id of one instance: `ps-` followed by 32 lowercase hex digits (fixed length, so
@@ -228,6 +229,23 @@ pub trait Engine: Send + Sync + 'static {
     /// firewall refuses the rules.
     async fn set_network_policy(&self, id: &str, policy: &NetworkPolicy)
         -> Result<(), EngineError>;
+
+    /// Host services (issue 10: the database front end): makes the host reachable from every
+    /// networked sandbox at [`GATEWAY_ADDR`] and returns that address, so a service can listen
+    /// on it. Only the ports given to [`Engine::set_host_service_ports`] are open to
+    /// sandboxes. Idempotent. `None` when instances have no network.
+    ///
+    /// # Errors
+    /// `Failed` when the host refuses the address.
+    async fn host_service_addr(&self) -> Result<Option<Ipv4Addr>, EngineError>;
+
+    /// Replaces the set of TCP ports on [`Engine::host_service_addr`] that every networked
+    /// sandbox may connect to, whatever its egress policy (the service itself decides whom it
+    /// serves). Takes effect for new connections at once; kept across [`Engine::recover`].
+    ///
+    /// # Errors
+    /// `Failed` when the host's firewall refuses the rules; the previous set stays in force.
+    async fn set_host_service_ports(&self, ports: &[u16]) -> Result<(), EngineError>;
 
     /// Start-up recovery of host-wide engine state: called once, before serving, with every
     /// instance the server keeps (`(id, dir)`). The engine rebuilds what those need (firewall

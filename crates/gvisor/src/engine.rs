@@ -550,6 +550,33 @@ impl Engine for GvisorEngine {
         Ok(())
     }
 
+    async fn host_service_addr(&self) -> Result<Option<std::net::Ipv4Addr>, EngineError> {
+        let Some(nets) = &self.net else {
+            return Ok(None);
+        };
+        nets.ensure_host_addr()
+            .await
+            .map(Some)
+            .map_err(|detail| EngineError::Failed {
+                op: "host service address",
+                id: "-".into(),
+                detail,
+            })
+    }
+
+    async fn set_host_service_ports(&self, ports: &[u16]) -> Result<(), EngineError> {
+        let Some(nets) = &self.net else {
+            return Ok(());
+        };
+        nets.set_host_ports(ports)
+            .await
+            .map_err(|detail| EngineError::Failed {
+                op: "host service ports",
+                id: "-".into(),
+                detail,
+            })
+    }
+
     async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError> {
         // Loop devices of instance disks that nothing mounts (a crash between attach and
         // mount, or after a lazy unmount). Mounted disks of instances that are gone go with

@@ -7,13 +7,15 @@
 //! - **on the host**, one table per server ([`host_table`], `inet pandastack_<tag>`): the egress
 //!   policy of every slot (a chain per slot, picked by input link through the `policy` verdict
 //!   map), the guard that nothing but the host itself opens connections into a sandbox, and the
-//!   masquerade of sandbox traffic leaving the host. Nothing outside this table is touched.
+//!   masquerade of sandbox traffic leaving the host, and the host services every sandbox may
+//!   reach ([`host_ports`]: TCP ports on the gateway address, issue 10). Nothing outside this
+//!   table is touched.
 //!
 //! Blocked destinations are rejected (`admin-prohibited`), not dropped, so a program in the
 //! sandbox fails at once instead of waiting for a timeout.
 
 use super::slot::{Layout, Slot, GATEWAY_LINK, UPLINK};
-use pandastack_engine::{EgressRule, NetworkPolicy, DNS_ADDR, GUEST_ADDR};
+use pandastack_engine::{EgressRule, NetworkPolicy, DNS_ADDR, GATEWAY_ADDR, GUEST_ADDR};
 use std::fmt::Write;
 use std::net::Ipv4Addr;
 
@@ -69,13 +71,14 @@ pub fn namespace_rules(layout: &Layout, s: Slot, resolver: Option<Ipv4Addr>) -> 
     )
 }
 
-/// The whole host table of a server, with a chain for each `(slot, policy)` in `slots`. Loaded
-/// in one transaction that first removes any previous version of the table, so it also serves
-/// start-up recovery.
+/// The whole host table of a server, with a chain for each `(slot, policy)` in `slots` and the
+/// host service ports `ports`. Loaded in one transaction that first removes any previous
+/// version of the table, so it also serves start-up recovery.
 pub fn host_table(
     layout: &Layout,
     resolvers: &[Ipv4Addr],
     slots: &[(Slot, NetworkPolicy)],
+    ports: &[u16],
 ) -> String {
     let t = layout.table();
     let links = format!("{}*", layout.host_link_prefix());
@@ -93,12 +96,18 @@ pub fn host_table(
         let list: Vec<String> = resolvers.iter().map(Ipv4Addr::to_string).collect();
         format!(" elements = {{ {} }};", list.join(", "))
     };
+    let ports_elems = if ports.is_empty() {
+        String::new()
+    } else {
+        format!(" elements = {{ {} }};", port_list(ports))
+    };
     let mut out = format!(
         "table inet {t} {{}}
 delete table inet {t}
 table inet {t} {{
   set resolvers {{ type ipv4_addr;{resolvers_elems} }}
   set blocked {{ type ipv4_addr; flags interval; elements = {{ {blocked} }}; }}
+  set host_services {{ type inet_service;{ports_elems} }}
   map slot_policies {{ type ifname : verdict; }}
   chain forward {{
     type filter hook forward priority filter - 5; policy accept;
@@ -113,6 +122,7 @@ table inet {t} {{
   chain sandbox_egress {{
     ct state established,related accept
     meta nfproto ipv6 drop
+    ip daddr {GATEWAY_ADDR} tcp dport @host_services accept
     iifname vmap @slot_policies
     {REJECT}
   }}
@@ -128,6 +138,27 @@ table inet {t} {{
         out.push_str(&slot_policy(layout, *s, p, true));
     }
     out
+}
+
+/// Commands that make `ports` the whole set of host service ports: TCP ports on
+/// [`GATEWAY_ADDR`] (the host, as every sandbox sees its gateway) that every sandbox of the
+/// server may connect to, before its own policy is consulted.
+pub fn host_ports(layout: &Layout, ports: &[u16]) -> String {
+    let t = layout.table();
+    let mut out = format!("flush set inet {t} host_services\n");
+    if !ports.is_empty() {
+        let _ = writeln!(
+            out,
+            "add element inet {t} host_services {{ {} }}",
+            port_list(ports)
+        );
+    }
+    out
+}
+
+fn port_list(ports: &[u16]) -> String {
+    let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+    list.join(", ")
 }
 
 /// Commands that (re)define slot `s`'s policy chain and bind it to the slot's link. With
@@ -265,6 +296,19 @@ mod tests {
     }
 
     #[test]
+    fn host_ports_replace_the_whole_set() {
+        let p = host_ports(&layout(), &[15432, 15500]);
+        assert_eq!(
+            p,
+            "flush set inet pandastack_abcdef host_services\nadd element inet pandastack_abcdef host_services { 15432, 15500 }\n"
+        );
+        assert_eq!(
+            host_ports(&layout(), &[]),
+            "flush set inet pandastack_abcdef host_services\n"
+        );
+    }
+
+    #[test]
     fn host_table_replaces_itself_and_blocks_the_sandbox_network() {
         let custom = Layout {
             tag: "abcdef".into(),
@@ -275,6 +319,7 @@ mod tests {
             &custom,
             &[Ipv4Addr::new(10, 255, 255, 53)],
             &[(Slot(1), NetworkPolicy::open())],
+            &[15432, 15433],
         );
         assert!(
             t.starts_with("table inet pandastack_abcdef {}\ndelete table inet pandastack_abcdef\n")
@@ -282,7 +327,14 @@ mod tests {
         assert!(t.contains("198.18.0.0/20 }"), "{t}");
         assert!(t.contains("elements = { 10.255.255.53 }"));
         assert!(t.contains("add chain inet pandastack_abcdef slot_1"));
-        let default = host_table(&layout(), &[], &[]);
+        let pos = |needle: &str| t.find(needle).unwrap_or_else(|| panic!("{needle} in {t}"));
+        assert!(t.contains("set host_services { type inet_service; elements = { 15432, 15433 }; }"));
+        assert!(
+            pos("ip daddr 10.0.2.2 tcp dport @host_services accept") < pos("vmap @slot_policies"),
+            "host services are open before any slot's policy: {t}"
+        );
+        let default = host_table(&layout(), &[], &[], &[]);
+        assert!(default.contains("set host_services { type inet_service; }"));
         assert!(
             !default.contains("10.201.0.0/16 }"),
             "10/8 already covers it: {default}"

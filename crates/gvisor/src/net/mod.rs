@@ -97,6 +97,10 @@ struct State {
     policies: HashMap<Slot, NetworkPolicy>,
     /// The host table has been loaded by this process.
     table_ready: bool,
+    /// TCP ports of host services open to every sandbox ([`Networks::set_host_ports`]).
+    host_ports: BTreeSet<u16>,
+    /// [`pandastack_engine::GATEWAY_ADDR`] is on the host's loopback.
+    host_addr_ready: bool,
 }
 
 /// Slots, the stock and the host table of one server. Shared as `Arc<Networks>`.
@@ -166,7 +170,14 @@ impl Networks {
     pub async fn recover(self: &Arc<Self>, keep: &[(Slot, NetworkPolicy)]) -> Result<(), String> {
         {
             let _t = self.table_lock.lock().await;
-            cmd::nft(&firewall::host_table(&self.layout, &self.resolvers, keep)).await?;
+            let ports: Vec<u16> = self.state().host_ports.iter().copied().collect();
+            cmd::nft(&firewall::host_table(
+                &self.layout,
+                &self.resolvers,
+                keep,
+                &ports,
+            ))
+            .await?;
             let mut st = self.state();
             st.table_ready = true;
             st.used = keep.iter().map(|(s, _)| s.0).collect();
@@ -343,6 +354,42 @@ impl Networks {
         for s in stock {
             self.release(s).await;
         }
+    }
+
+    /// Puts [`pandastack_engine::GATEWAY_ADDR`] on the host's loopback (once per process), so
+    /// host services can listen on the address every sandbox knows as its gateway. Packets a
+    /// sandbox sends there are routed up its uplink and delivered locally; the host table opens
+    /// only the ports of [`Networks::set_host_ports`]. The address is shared by every server on
+    /// the host and stays when one stops (another may serve on it); nothing else on the host
+    /// uses `10.0.2.0/24`.
+    ///
+    /// # Errors
+    /// ip's complaint.
+    pub async fn ensure_host_addr(&self) -> Result<Ipv4Addr, String> {
+        let addr = pandastack_engine::GATEWAY_ADDR;
+        if !self.state().host_addr_ready {
+            cmd::run(
+                "ip",
+                &["addr", "replace", &format!("{addr}/32"), "dev", "lo"],
+                None,
+            )
+            .await?;
+            self.state().host_addr_ready = true;
+        }
+        Ok(addr)
+    }
+
+    /// Replaces the TCP ports of host services every sandbox may reach (on
+    /// [`pandastack_engine::GATEWAY_ADDR`]), in one nft transaction.
+    ///
+    /// # Errors
+    /// nft's complaint; the previous set then stays in force.
+    pub async fn set_host_ports(self: &Arc<Self>, ports: &[u16]) -> Result<(), String> {
+        self.ensure_table().await?;
+        let _t = self.table_lock.lock().await;
+        cmd::nft(&firewall::host_ports(&self.layout, ports)).await?;
+        self.state().host_ports = ports.iter().copied().collect();
+        Ok(())
     }
 
     /// Removes this server's host table (at shutdown, when no instance needs it any more).
