@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 mod account;
+mod databases;
 mod events;
 mod fork;
 mod repl;
@@ -13,6 +14,10 @@ mod snapshots;
 mod stream;
 
 pub use account::{Me, SandboxMetrics};
+pub use databases::{
+    CloneDatabase, CreateDatabase, Database, DatabaseAccepted, DatabaseConnection, DatabaseEvent,
+    DatabaseList, DatabaseWake, UpdateDatabase,
+};
 pub use events::Event;
 pub use fork::{ForkRequest, ForkTreeRequest, PromoteRequest, Promotion};
 pub use repl::{KernelInfo, ReplKernel, ReplSession, ReplSessions};

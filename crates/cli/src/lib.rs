@@ -65,6 +65,9 @@ pub enum Command {
     Fs(commands::fs::FsArgs),
     /// Snapshots of the workspace: list, delete.
     Snapshot(commands::snapshot::SnapshotArgs),
+    /// Databases (PostgreSQL) sandboxes reach with a scoped credential: create, connection,
+    /// list, get, delete, clone, reset-credentials, wake, update.
+    Db(commands::db::DbArgs),
     /// Templates: list, get, delete, build (Dockerfile or rootfs tar), builds, build logs;
     /// bake (on the server host).
     Template(commands::template::TemplateArgs),

@@ -1,7 +1,8 @@
 //! A transfer progress bar on stderr for `fs upload` / `fs download`, drawn only when stderr is
 //! a terminal (so scripts and logs never see carriage returns). It redraws at most every
 //! 100 ms: `name [#######-------]  45%  12.0 MiB / 27.0 MiB  5.1 MiB/s`. Without a known
-//! total it shows the byte count and rate only.
+//! total it shows the byte count and rate only. [`Spinner`]: the same for a wait of unknown
+//! length (`db create`): `⠹ provisioning database ...  1.2 s`.
 
 use crate::output::bytes;
 use std::io::{self, IsTerminal, Read, Write};
@@ -99,6 +100,79 @@ pub fn render(label: &str, done: u64, total: Option<u64>, elapsed: Duration) -> 
     }
 }
 
+/// Frames of the spinner.
+const SPIN: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+
+/// A spinner line on stderr while something is awaited, drawn by its own thread every 100 ms
+/// (the CLI's calls block the main thread); nothing when stderr is not a terminal.
+pub struct Spinner {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spinner {
+    /// Starts spinning with `label`.
+    pub fn start(label: &str) -> Spinner {
+        if !io::stderr().is_terminal() {
+            return Spinner {
+                stop: None,
+                thread: None,
+            };
+        }
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let label = label.to_string();
+        let started = Instant::now();
+        let thread = std::thread::spawn(move || {
+            for i in 0.. {
+                let _ = write!(
+                    io::stderr(),
+                    "\r{}\x1b[K",
+                    spin_line(&label, i, started.elapsed())
+                );
+                let _ = io::stderr().flush();
+                if rx.recv_timeout(REDRAW).is_ok() {
+                    break;
+                }
+            }
+            let _ = write!(io::stderr(), "\r\x1b[K");
+            let _ = io::stderr().flush();
+        });
+        Spinner {
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops and clears the line.
+    pub fn stop(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// One spinner line (without the leading `\r`): frame `i`, the label, the time so far.
+pub fn spin_line(label: &str, i: usize, elapsed: Duration) -> String {
+    format!(
+        "{} {label}  {:.1} s",
+        SPIN[i % SPIN.len()],
+        elapsed.as_secs_f64()
+    )
+}
+
 /// A reader that counts what passes through it (upload bodies).
 pub struct ProgressReader<R> {
     inner: R,
@@ -168,5 +242,14 @@ mod tests {
         );
         let s = render("x", 2048, None, Duration::from_secs(2));
         assert_eq!(s, "x  2.0 KiB  1.0 KiB/s");
+    }
+
+    #[test]
+    fn spinner_lines_turn_and_count() {
+        assert_eq!(
+            spin_line("waiting", 0, Duration::from_millis(1200)),
+            "⠋ waiting  1.2 s"
+        );
+        assert_eq!(spin_line("waiting", 11, Duration::ZERO), "⠙ waiting  0.0 s");
     }
 }

@@ -80,6 +80,9 @@ pub enum Error {
         partial_stdout: String,
         partial_stderr: String,
     },
+    /// A database reported `failed` while being provisioned (Py `RuntimeError`).
+    #[error("{message}")]
+    Failed { message: String },
     /// A 2xx reply that is not what the API promises (TS `NetworkError` for non-JSON bodies).
     #[error("unexpected reply from {what}: {message}")]
     Decode {

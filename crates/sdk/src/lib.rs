@@ -1,6 +1,6 @@
 //! The Rust SDK for PandaStack: an async client (Tokio, `reqwest`) for sandboxes, one-shot and
 //! streaming exec, files, code contexts with rich results, pause/resume, hibernate/wake,
-//! snapshots, fork / fork-tree / promote, events, templates and API tokens.
+//! snapshots, fork / fork-tree / promote, events, templates, API tokens and databases.
 //!
 //! It speaks the same wire as the published SDKs (`shared/spec/sdk-wire-contract.md`, cited as
 //! "contract §N"), with the server's own types ([`pandastack_api`], re-exported as [`api`]), the
@@ -69,6 +69,7 @@
 
 mod client;
 mod code;
+mod databases;
 mod error;
 mod exec;
 mod files;
@@ -84,6 +85,7 @@ pub use client::{
     ENV_API_KEY, ENV_MAX_CREATE_RETRY, ENV_READY_TIMEOUT, SLOW_TIMEOUT,
 };
 pub use code::CodeContext;
+pub use databases::{Databases, READY_TIMEOUT as DATABASE_READY_TIMEOUT};
 pub use error::{Error, Result};
 pub use exec::{shell_quote, ExecEvent, ExecOptions, ExecOutput, ExecStream, Language};
 pub use files::Files;

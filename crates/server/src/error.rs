@@ -53,6 +53,9 @@ pub enum ApiError {
     /// 502: the port proxy reached nothing (or no HTTP) inside the sandbox.
     #[error("{0}")]
     BadGateway(String),
+    /// 501: the operation does not exist on this server (database failover on one host).
+    #[error("{0}")]
+    NotImplemented(String),
     /// 503: the sandbox's guest channel is not reachable (message carries "connection refused"
     /// so the SDKs' warm-up retry applies, contract §1.4).
     #[error("{0}")]
@@ -75,6 +78,7 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
         }
     }
 

@@ -173,6 +173,16 @@ pub fn sandbox_id(raw: &str) -> Result<String, ApiError> {
         .map_err(|_| ApiError::BadRequest(format!("sandbox id '{}' is not a UUID", truncate(raw))))
 }
 
+/// Checks that a path parameter is a database id (a UUID).
+///
+/// # Errors
+/// 400 naming the bad id.
+pub fn database_id(raw: &str) -> Result<String, ApiError> {
+    uuid::Uuid::parse_str(raw)
+        .map(|u| u.hyphenated().to_string())
+        .map_err(|_| ApiError::BadRequest(format!("database id '{}' is not a UUID", truncate(raw))))
+}
+
 /// Checks an in-sandbox path from `?path=`: absolute, no `..` component, no NUL, at most
 /// 4096 bytes. (The sandbox's own root is the only filesystem a path can reach; symlinks
 /// resolve inside gVisor, never on the host.)

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod auth;
 pub mod builds;
+pub mod databases;
 pub mod datadir_lock;
 pub mod error;
 pub mod extract;
@@ -36,6 +37,8 @@ use tracing::info;
 #[derive(Clone)]
 pub struct AppState {
     pub host: Arc<Host>,
+    /// The databases (issue 10).
+    pub databases: Arc<databases::Databases>,
     /// The MCP endpoint served at `/mcp` (`api::mcp`).
     pub mcp: api::mcp::Endpoint,
     /// How port previews are served and authenticated.
@@ -61,7 +64,8 @@ pub fn app(state: AppState) -> Router {
         .merge(api::template_builds::router())
         .merge(api::tokens::router())
         .merge(api::ports::router())
-        .merge(api::proxy::router());
+        .merge(api::proxy::router())
+        .merge(api::databases::router());
     Router::new()
         .nest("/v1", v1)
         .nest_service("/mcp", api::mcp::service(state.clone()))
@@ -111,6 +115,8 @@ pub struct ServerConfig {
     pub capacity: CapacitySettings,
     /// Sandbox disks (issue 8).
     pub disks: DiskSettings,
+    /// Databases (issue 10).
+    pub databases: databases::DatabaseSettings,
 }
 
 /// Disk settings of `pandastack server` (issue 8; README "Limits").
@@ -278,6 +284,14 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
         .map_err(|e| StartError::Recover(e.to_string()))?;
     host.recover_builds().await;
     host.spawn_build_workers();
+    let dbs = databases::Databases::new(host.clone(), cfg.databases.clone())
+        .await
+        .map_err(StartError::Recover)?;
+    dbs.recover()
+        .await
+        .map_err(|e| StartError::Recover(format!("databases: {e}")))?;
+    dbs.spawn_sweeper();
+    dbs.prepare_template();
     host.spawn_sweepers();
     host.spawn_health_monitor();
     host.prepare_template_images();
@@ -292,6 +306,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             listener,
             app(AppState {
                 host: host.clone(),
+                databases: dbs.clone(),
                 mcp,
                 previews,
                 rate_limit: Arc::new(ratelimit::WorkspaceRateLimit::new(
@@ -314,6 +329,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     info!("stopping: sandboxes keep running; removing the warm pool");
     stop.notify_one();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut serve).await;
+    dbs.shutdown().await;
     host.shutdown().await;
     Ok(())
 }
@@ -375,6 +391,15 @@ fn network_config(
         cidr,
         stock: cfg.network.netns_stock,
     }))
+}
+
+/// The tag of a server: the first 6 hex digits of the SHA-256 of its canonical data dir. It
+/// names everything the server makes outside its data dir (namespaces, links, nft table,
+/// database sockets).
+pub fn data_dir_tag(canonical_data_dir: &std::path::Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(canonical_data_dir.display().to_string().as_bytes());
+    hex::encode(&digest[..3])
 }
 
 fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {

@@ -1,6 +1,7 @@
 //! Prometheus metrics (`GET /metrics`, text format): API request latency by route, lifecycle
-//! operation latency, sandboxes created, runsc (engine) failures, and sandboxes by state
-//! (computed at scrape time from the host agent).
+//! operation latency, sandboxes created, runsc (engine) failures, sandboxes by state, and
+//! databases by state with each one's storage in use and open connections (computed at
+//! scrape time from the host agent and the databases).
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 use std::sync::OnceLock;
@@ -27,6 +28,12 @@ pub struct Metrics {
     pub pool: IntGaugeVec,
     /// `pandastack_restore_targets`: containers made in advance for restores (issue 11).
     pub restore_targets: prometheus::IntGauge,
+    /// `pandastack_databases{state}`.
+    pub databases: IntGaugeVec,
+    /// `pandastack_database_storage_used_bytes{database}`: bytes in use on its storage.
+    pub database_storage: IntGaugeVec,
+    /// `pandastack_database_connections{database}`: open connections through the front end.
+    pub database_connections: IntGaugeVec,
 }
 
 const BUCKETS: &[f64] = &[
@@ -66,6 +73,27 @@ fn build() -> Result<Metrics, prometheus::Error> {
         Opts::new("pandastack_sandboxes", "Sandboxes by state"),
         &["state"],
     )?;
+    let databases = IntGaugeVec::new(
+        Opts::new("pandastack_databases", "Databases by state"),
+        &["state"],
+    )?;
+    let database_storage = IntGaugeVec::new(
+        Opts::new(
+            "pandastack_database_storage_used_bytes",
+            "Bytes in use on each database's storage",
+        ),
+        &["database"],
+    )?;
+    let database_connections = IntGaugeVec::new(
+        Opts::new(
+            "pandastack_database_connections",
+            "Open connections of each database",
+        ),
+        &["database"],
+    )?;
+    registry.register(Box::new(databases.clone()))?;
+    registry.register(Box::new(database_storage.clone()))?;
+    registry.register(Box::new(database_connections.clone()))?;
     registry.register(Box::new(http.clone()))?;
     registry.register(Box::new(lifecycle.clone()))?;
     registry.register(Box::new(created.clone()))?;
@@ -96,6 +124,9 @@ fn build() -> Result<Metrics, prometheus::Error> {
         created,
         engine_failures,
         sandboxes,
+        databases,
+        database_storage,
+        database_connections,
     })
 }
 

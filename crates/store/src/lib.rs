@@ -1,11 +1,12 @@
 //! The control-plane store: workspaces, API keys, sandboxes, code contexts, snapshots,
-//! lifecycle events, the intent records of operations in progress and template builds, in an
-//! embedded SQLite database (WAL mode) with numbered migrations.
+//! databases, lifecycle events, the intent records of operations in progress and template
+//! builds, in an embedded SQLite database (WAL mode) with numbered migrations.
 //!
 //! The store is the source of truth across server restarts: on start the server re-adopts every
 //! sandbox row that is not deleted. All methods are synchronous and short (sub-millisecond on a
 //! local file); callers on async runtimes call them directly.
 
+mod databases;
 mod migrations;
 mod operations;
 mod rows;

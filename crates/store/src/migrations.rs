@@ -129,6 +129,32 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE sandboxes ADD COLUMN disk_mb INTEGER;
     ALTER TABLE snapshots ADD COLUMN disk_mb INTEGER;
     "#,
+    // 6: databases (issue 10): one PostgreSQL cluster each; passwords sealed (never plain);
+    // events of databases share the events table (and its sequence) with sandboxes.
+    r#"
+    CREATE TABLE databases (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        label TEXT,
+        status TEXT NOT NULL,
+        size TEXT NOT NULL,
+        cpu INTEGER NOT NULL,
+        storage_mb INTEGER NOT NULL,
+        always_on INTEGER NOT NULL,
+        port INTEGER,
+        database TEXT NOT NULL,
+        username TEXT NOT NULL,
+        password_sealed TEXT NOT NULL,
+        superuser_password_sealed TEXT NOT NULL,
+        cloned_from TEXT,
+        error TEXT,
+        created_at INTEGER NOT NULL,
+        last_active_at INTEGER NOT NULL,
+        deleted_at INTEGER
+    );
+    CREATE INDEX databases_workspace ON databases(workspace_id, deleted_at);
+    ALTER TABLE events ADD COLUMN subject TEXT NOT NULL DEFAULT 'sandbox';
+    "#,
 ];
 
 /// Runs every migration past the database's `user_version`, each in its own transaction.

@@ -99,11 +99,14 @@ pub struct SnapshotRow {
     pub disk_mb: Option<u32>,
 }
 
-/// One lifecycle transition.
+/// One lifecycle transition of a sandbox or a database.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventRow {
     pub seq: i64,
     pub workspace_id: String,
+    /// What changed: [`EventRow::SANDBOX`] or [`EventRow::DATABASE`].
+    pub subject: String,
+    /// The sandbox's or the database's id (the column keeps its first name).
     pub sandbox_id: String,
     pub from_state: String,
     pub to_state: String,
@@ -157,4 +160,41 @@ pub struct TemplateBuildRow {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub ended_at: Option<i64>,
+}
+
+impl EventRow {
+    /// `subject` of a sandbox transition.
+    pub const SANDBOX: &'static str = "sandbox";
+    /// `subject` of a database transition.
+    pub const DATABASE: &'static str = "database";
+}
+
+/// A database (issue 10): one PostgreSQL cluster. `status` is the database state machine's
+/// state name. Passwords are sealed (`pandastack_postgres::secret::Sealer`), never plain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatabaseRow {
+    pub id: String,
+    pub workspace_id: String,
+    pub label: Option<String>,
+    pub status: String,
+    /// RAM tier (`1g`, `4g`, `16g`).
+    pub size: String,
+    pub cpu: u32,
+    pub storage_mb: u64,
+    pub always_on: bool,
+    /// The front end's TCP port, once provisioned.
+    pub port: Option<u16>,
+    /// Database and owner role inside the cluster.
+    pub database: String,
+    pub username: String,
+    pub password_sealed: String,
+    pub superuser_password_sealed: String,
+    pub cloned_from: Option<String>,
+    /// Why it failed (safe to show the owner).
+    pub error: Option<String>,
+    pub created_at: i64,
+    /// Last connection or API use (the idle stop counts from here).
+    pub last_active_at: i64,
+    /// Set when a delete began; the row goes once everything is removed.
+    pub deleted_at: Option<i64>,
 }

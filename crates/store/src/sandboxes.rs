@@ -296,15 +296,43 @@ impl Store {
         cause: &str,
         at: i64,
     ) -> Result<EventRow, StoreError> {
+        self.insert_subject_event(
+            EventRow::SANDBOX,
+            workspace_id,
+            sandbox_id,
+            from,
+            to,
+            cause,
+            at,
+        )
+    }
+
+    /// Records a transition of `subject` ([`EventRow::SANDBOX`] or [`EventRow::DATABASE`])
+    /// `id`.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn insert_subject_event(
+        &self,
+        subject: &str,
+        workspace_id: &str,
+        id: &str,
+        from: &str,
+        to: &str,
+        cause: &str,
+        at: i64,
+    ) -> Result<EventRow, StoreError> {
         let conn = self.conn();
         conn.execute(
-            "INSERT INTO events (workspace_id, sandbox_id, from_state, to_state, cause, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![workspace_id, sandbox_id, from, to, cause, at],
+            "INSERT INTO events (workspace_id, subject, sandbox_id, from_state, to_state, cause, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![workspace_id, subject, id, from, to, cause, at],
         )?;
         Ok(EventRow {
             seq: conn.last_insert_rowid(),
             workspace_id: workspace_id.into(),
-            sandbox_id: sandbox_id.into(),
+            subject: subject.into(),
+            sandbox_id: id.into(),
             from_state: from.into(),
             to_state: to.into(),
             cause: cause.into(),
@@ -326,7 +354,7 @@ impl Store {
     ) -> Result<Vec<EventRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT seq, workspace_id, sandbox_id, from_state, to_state, cause, at FROM events
+            "SELECT seq, workspace_id, sandbox_id, from_state, to_state, cause, at, subject FROM events
              WHERE workspace_id = ?1 AND (?2 IS NULL OR sandbox_id = ?2) AND seq > ?3 ORDER BY seq LIMIT ?4",
         )?;
         let rows = stmt.query_map(params![workspace_id, sandbox_id, after, limit], |r| {
@@ -338,6 +366,7 @@ impl Store {
                 to_state: r.get(4)?,
                 cause: r.get(5)?,
                 at: r.get(6)?,
+                subject: r.get(7)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod completions;
+pub mod db;
 pub mod fs;
 pub mod mcp;
 pub mod sandbox;
@@ -100,6 +101,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Sandbox(a) => sandbox::run(a.command, &Ctx::new(&a.opts)?),
         Command::Fs(a) => fs::run(a.command, &Ctx::new(&a.opts)?),
         Command::Snapshot(a) => snapshot::run(a.command, &Ctx::new(&a.opts)?),
+        Command::Db(a) => db::run(a.command, &Ctx::new(&a.opts)?),
         Command::Template(a) => template::run(a.command, &Ctx::new(&a.opts)?),
         Command::Token(a) => token::run(a.command, &Ctx::new(&a.opts)?),
         Command::Auth(a) => auth::run(a.command, &Ctx::new(&a.opts)?),

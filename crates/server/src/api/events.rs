@@ -1,8 +1,9 @@
 //! Lifecycle events (seed 003 "events stream"): `GET /v1/events` streams every transition of
 //! the caller's workspace as Server-Sent Events (`event: transition`, `id: <seq>`, data
-//! `{seq, sandbox_id, from, to, cause, at}`), replaying those after `?since=<seq>` (or the
-//! `Last-Event-ID` header) first; `GET /v1/sandboxes/{id}/events` is one sandbox's history as a
-//! JSON array. A workspace never sees another's events.
+//! `{seq, sandbox_id, from, to, cause, at}`; a database's are `event: database` with
+//! `database_id`, issue 10), replaying those after `?since=<seq>` (or the `Last-Event-ID`
+//! header) first; `GET /v1/sandboxes/{id}/events` is one sandbox's history as a JSON array.
+//! A workspace never sees another's events.
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -32,9 +33,7 @@ pub fn wire(e: &EventRow) -> pandastack_api::Event {
         from: e.from_state.clone(),
         to: e.to_state.clone(),
         cause: e.cause.clone(),
-        at: chrono::DateTime::from_timestamp_millis(e.at)
-            .unwrap_or_default()
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        at: super::rfc3339_ms(e.at),
         at_ms: e.at,
     }
 }
@@ -45,10 +44,18 @@ struct StreamQuery {
 }
 
 fn sse_event(e: &EventRow) -> Event {
+    let (name, data) = if e.subject == EventRow::DATABASE {
+        (
+            "database",
+            serde_json::to_string(&super::databases::wire_event(e)),
+        )
+    } else {
+        ("transition", serde_json::to_string(&wire(e)))
+    };
     Event::default()
-        .event("transition")
+        .event(name)
         .id(e.seq.to_string())
-        .data(serde_json::to_string(&wire(e)).unwrap_or_default())
+        .data(data.unwrap_or_default())
 }
 
 async fn stream(
@@ -122,5 +129,11 @@ async fn history(
         .host
         .store
         .events(&caller.workspace_id, Some(&id), 0, 10_000)?;
-    Ok(Json(events.iter().map(wire).collect()))
+    Ok(Json(
+        events
+            .iter()
+            .filter(|e| e.subject == EventRow::SANDBOX)
+            .map(wire)
+            .collect(),
+    ))
 }

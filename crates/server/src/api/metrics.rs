@@ -19,6 +19,30 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/sandboxes/:id/metrics", get(sandbox_metrics))
 }
 
+/// Sets the database gauges from the databases that exist now (a deleted one's series go).
+fn database_gauges(dbs: &crate::databases::Databases) {
+    let m = metrics();
+    m.database_storage.reset();
+    m.database_connections.reset();
+    let mut counts = std::collections::HashMap::new();
+    for db in dbs.all() {
+        let state = db.state();
+        *counts.entry(state).or_insert(0i64) += 1;
+        let used = db.dirs.storage().usage().map_or(0, |(used, _)| used);
+        m.database_storage
+            .with_label_values(&[&db.id])
+            .set(i64::try_from(used).unwrap_or(i64::MAX));
+        m.database_connections
+            .with_label_values(&[&db.id])
+            .set(i64::try_from(db.connections()).unwrap_or(i64::MAX));
+    }
+    for s in crate::databases::DatabaseState::LIVE {
+        m.databases
+            .with_label_values(&[s.as_str()])
+            .set(counts.get(&s).copied().unwrap_or(0));
+    }
+}
+
 /// `GET /metrics`: any valid API key may read it; `--public-metrics` opens it to requests
 /// without one (for a scraper on a private network; issue 8).
 ///
@@ -57,6 +81,7 @@ pub async fn prometheus_text(
             .set(in_flight as i64);
     }
     m.restore_targets.set(st.host.engine.targets_held() as i64);
+    database_gauges(&st.databases);
     let mut buf = Vec::new();
     prometheus::TextEncoder::new()
         .encode(&m.registry.gather(), &mut buf)

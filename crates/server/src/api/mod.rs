@@ -3,6 +3,7 @@
 //! result to the wire types of `pandastack-api`.
 
 pub mod build_form;
+pub mod databases;
 pub mod events;
 pub mod exec;
 pub mod fork;
@@ -44,6 +45,13 @@ pub fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// RFC 3339 (UTC, milliseconds) of a Unix-ms time (events).
+pub fn rfc3339_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// The wire form of a sandbox row (contract §7 "Sandbox JSON": integer cpu and memory_mb,
