@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what PandaStack needs on a Debian bookworm host (run as root). Idempotent and quick
 # when everything is there already: runsc from bookworm-backports (bookworm's own is from 2022),
-# mmdebstrap for template bakes, nftables and iproute2 for sandbox networking, Python venv
-# support for the SDK demo and tests.
+# mmdebstrap for template bakes, nftables and iproute2 for sandbox networking, PostgreSQL 15
+# and e2fsprogs for databases (the server runs the clusters itself: Debian's own `main` cluster
+# is not made), Python venv support for the SDK demo and tests.
 set -euo pipefail
 
 need=()
@@ -14,6 +15,10 @@ command -v nft >/dev/null || need+=(nftables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null || need+=(util-linux)
 command -v cc >/dev/null || need+=(build-essential)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
+command -v psql >/dev/null || need+=(postgresql-client-15)
+command -v mkfs.ext4 >/dev/null && command -v resize2fs >/dev/null || need+=(e2fsprogs)
+command -v losetup >/dev/null || need+=(mount)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
@@ -29,6 +34,10 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
   apt-get update -qq
   export DEBIAN_FRONTEND=noninteractive
+  # PandaStack makes one cluster per database; Debian's default cluster on port 5432 would
+  # only hold memory and the port.
+  mkdir -p /etc/postgresql-common/createcluster.d
+  echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.d/pandastack.conf
   for p in "${need[@]}"; do
     if [ "$p" = runsc ]; then
       apt-get install -y -qq -t bookworm-backports runsc >/dev/null

@@ -98,6 +98,21 @@ rooted_pids() {
   done
 }
 
+# PIDs of PostgreSQL postmasters whose data dir is under $1 (database clusters of test servers:
+# they outlive a server that was killed).
+postgres_pids() {
+  local dir=$1 p cmd
+  for p in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+    case "$cmd" in */bin/postgres\ -D\ "$dir"/*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+# Mount points under $1 (database storage of test servers), deepest first.
+mounts_under() {
+  awk -v d="$1/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r
+}
+
 kill_pids() {
   local sig=$1 pids
   shift
@@ -181,6 +196,18 @@ cleanup() {
     done
   done
   kill_pids KILL $(rooted_pids "$DATA/ci-rootfs/current")
+  # Database clusters and their storage mounts (a mount's loop device goes with it).
+  left=$(postgres_pids "$DATA")
+  if [ -n "$left" ]; then
+    echo "cleanup: stopping leftover database clusters under $DATA: $(echo $left)"
+    kill_pids QUIT $left
+    sleep 2
+    kill_pids KILL $(postgres_pids "$DATA")
+  fi
+  for m in $(mounts_under "$DATA"); do
+    echo "cleanup: unmounting $m"
+    umount "$m" 2>/dev/null || umount -l "$m"
+  done
   echo "cleanup: done"
   print_summary
   if [ ${#FAILED[@]} -gt 0 ] || [ $rc -ne 0 ]; then
@@ -270,7 +297,7 @@ node_tests() {
   return $rc
 }
 
-export -f scoped_pids rooted_pids kill_pids start_ts_server stop_ts_server sweep_sandboxes \
+export -f scoped_pids rooted_pids postgres_pids mounts_under kill_pids start_ts_server stop_ts_server sweep_sandboxes \
   link_guest_ci_rootfs cargo_test make_venv npm_install pytest_e2e node_tests
 
 phase setup 15m bash scripts/setup.sh || exit 1

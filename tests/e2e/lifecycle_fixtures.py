@@ -166,7 +166,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def scrub_data_dir(data_dir: Path) -> None:
-    """Stops every container and process a server on `data_dir` left, then removes the dir.
+    """Stops every container and process (database clusters too) a server on `data_dir` left,
+    unmounts what it mounted there, then removes the dir.
     Only ever called on data dirs this file creates (`lifecycle-server-<pid>`)."""
     root = data_dir / "runsc"
     if root.is_dir():
@@ -191,6 +192,10 @@ def scrub_data_dir(data_dir: Path) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.2)
+    # Database storage (issue 10): unmounting frees its loop device.
+    mounts = [l.split(" ")[4] for l in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for m in sorted((m for m in mounts if m.startswith(marker)), reverse=True):
+        subprocess.run(["umount", "-l", m], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
     shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -1,6 +1,6 @@
-"""Issue 4: the `pandastack` CLI. Every `pandastack ...` line of the seed documents (all in
-003_9a81e070ecbef351.txt and 004_a8db76e6bc11f419.txt; 000 has none, 001 has only
-`pandastack db ...`, which is a later issue) is run as written, through `bash -c`, by the
+"""Issue 4: the `pandastack` CLI. Every `pandastack ...` line of the seed documents (those of
+003_9a81e070ecbef351.txt and 004_a8db76e6bc11f419.txt here; 000 has none; 001's `pandastack
+db ...` lines run in test_databases.py) is run as written, through `bash -c`, by the
 built binary ($PANDASTACK_TEST_BIN, first on PATH) against the session's real server, with
 `<id>` replaced by a real id; each must exit 0 and print what the document says. Then the
 CLI's documented contract (crates/cli/src/lib.rs): exit code passthrough, `-o json`, one-line

@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 TOOLS = {
     "create_sandbox", "list_sandboxes", "kill_sandbox", "run_code", "exec", "read_file",
     "write_file", "list_files", "snapshot", "restore", "fork", "pause", "resume",
+    "create_database", "list_databases", "database_connection", "delete_database",
 }
 
 
@@ -112,6 +113,30 @@ async def the_flow(session) -> None:
     gone = await call(session, "run_code", sandbox_id=sid, code="1")
     assert gone.is_error and any("not found" in t and "404" in t for t in texts(gone)), texts(gone)
     assert sid not in {s["id"] for s in await call_json(session, "list_sandboxes")}
+
+
+def test_database_tools(server):
+    """An agent makes a database, hands its URL to a sandbox's command, and deletes it."""
+
+    async def main():
+        async with http_session(server, server.admin_key()) as session:
+            db = await call_json(session, "create_database", label="mcp-memory")
+            assert db["status"] == "running" and db["database"] == "mcp_memory", db
+            url = texts(await call(session, "database_connection", database_id=db["id"]))[0]
+            assert url == db["connection_url"], url
+            listed = await call_json(session, "list_databases")
+            assert [d["id"] for d in listed if d["id"] == db["id"]] and "password" not in listed[0], listed
+            sb = await call_json(session, "create_sandbox", template="base", ttl_seconds=600)
+            out = await call_json(session, "exec", sandbox_id=sb["id"], command='psql "$DATABASE_URL" -Atc "SELECT 6 * 7"',
+                                  env={"DATABASE_URL": url})
+            assert out["exit_code"] == 0 and out["stdout"].strip() == "42", out
+            await call(session, "kill_sandbox", sandbox_id=sb["id"])
+            gone = await call(session, "delete_database", database_id=db["id"])
+            assert texts(gone) == [f"deleted database {db['id']}"]
+            missing = await call(session, "database_connection", database_id=db["id"])
+            assert missing.is_error and any("404" in t for t in texts(missing)), texts(missing)
+
+    anyio.run(main)
 
 
 def test_streamable_http_flow(server):

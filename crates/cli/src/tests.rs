@@ -1,5 +1,5 @@
-//! Parsing tests: every `pandastack ...` line of the seed documents (except `pandastack db`)
-//! must parse exactly as written, into the request the docs describe.
+//! Parsing tests: every `pandastack ...` line of the seed documents must parse exactly as
+//! written, into the request the docs describe.
 
 use crate::commands::sandbox::{transition::Transition, SandboxCommand};
 use crate::commands::{fs::FsCommand, GlobalOpts};
@@ -15,7 +15,7 @@ struct Cli {
     command: Command,
 }
 
-/// The CLI lines of seeds 003 and 004, verbatim (placeholders like `<id>` stay as ids).
+/// The CLI lines of seeds 001, 003 and 004, verbatim (placeholders like `<id>` stay as ids).
 const SEED_LINES: &[&str] = &[
     "pandastack sandbox create --template code-interpreter --ttl 3600 --metadata job=demo",
     "pandastack sandbox pause <sandbox-id>",
@@ -35,6 +35,8 @@ const SEED_LINES: &[&str] = &[
     "pandastack fs upload <id> --local ./data.csv --remote /workspace/data.csv",
     r#"pandastack sandbox run-code <id> --language python -- 'import pandas as pd; df = pd.read_csv("/workspace/data.csv"); print(df.describe())'"#,
     "pandastack fs download <id> --remote /workspace/result.csv --local ./result.csv",
+    "pandastack db create --label agent-memory --size 1g",
+    "pandastack db connection <db-id>",
 ];
 
 fn parse(line: &str) -> Result<Command, String> {
@@ -79,7 +81,7 @@ fn every_cli_line_in_the_seed_files_parses() {
         for line in text
             .lines()
             .map(str::trim)
-            .filter(|l| l.starts_with("pandastack ") && !l.starts_with("pandastack db "))
+            .filter(|l| l.starts_with("pandastack "))
         {
             seen += 1;
             if let Err(e) = parse(line) {
@@ -106,6 +108,35 @@ fn create_builds_the_documented_body() {
         body,
         serde_json::json!({"template": "code-interpreter", "ttl_seconds": 3600, "metadata": {"job": "demo"}})
     );
+}
+
+#[test]
+fn db_commands_build_the_documented_bodies() {
+    use crate::commands::db::DbCommand;
+    let db = |line: &str| match parse(line) {
+        Ok(Command::Db(a)) => a.command,
+        other => panic!("{line}: {other:?}"),
+    };
+    let DbCommand::Create(a) = db("pandastack db create --label agent-memory --size 1g") else {
+        panic!()
+    };
+    assert_eq!(
+        pandastack_sdk::without_nulls(&a.body()).unwrap_or_default(),
+        serde_json::json!({"label": "agent-memory", "size": "1g"})
+    );
+    let DbCommand::Create(a) = db("pandastack db create --always-on --storage-mb 1024 --cpu 1") else {
+        panic!()
+    };
+    assert_eq!(
+        pandastack_sdk::without_nulls(&a.body()).unwrap_or_default(),
+        serde_json::json!({"always_on": true, "storage_mb": 1024, "cpu": 1})
+    );
+    let DbCommand::Update(u) = db("pandastack db update ID --always-on false") else {
+        panic!()
+    };
+    assert_eq!((u.id.as_str(), u.always_on), ("ID", Some(false)));
+    assert!(parse("pandastack db update ID --always-on maybe").is_err());
+    assert!(matches!(db("pandastack db connection X -o json"), DbCommand::Connection { id } if id == "X"));
 }
 
 #[test]

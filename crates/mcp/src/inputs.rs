@@ -144,3 +144,27 @@ pub struct Fork {
     #[serde(default)]
     pub metadata: Option<BTreeMap<String, String>>,
 }
+
+/// `create_database`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDatabase {
+    /// What it is for, e.g. `agent-memory`; also names the database inside (`agent_memory`).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// RAM tier: `1g` (default), `4g` or `16g`.
+    #[serde(default)]
+    pub size: Option<String>,
+    /// True: never stopped when idle (by default it stops after 10 idle minutes and the next
+    /// connection starts it again).
+    #[serde(default)]
+    pub always_on: Option<bool>,
+}
+
+/// Tools that take only a database.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseId {
+    /// The database id (a UUID, from create_database or list_databases).
+    pub database_id: String,
+}

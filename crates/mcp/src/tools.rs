@@ -58,6 +58,10 @@ pub fn definitions() -> Vec<Tool> {
         tool::<Fork>("fork", "Copy a running sandbox (memory and files) into 1-16 independent children, e.g. to try several approaches from one state; the parent keeps running. Returns the children as JSON."),
         tool::<SandboxId>("pause", "Pause a running sandbox: no CPU, memory kept; resume continues exactly where it was."),
         tool::<SandboxId>("resume", "Resume a paused sandbox."),
+        tool::<CreateDatabase>("create_database", "Create a PostgreSQL database that this workspace's sandboxes (and nothing else) can reach, and wait until it runs. Returns it as JSON; pass its `connection_url` to a sandbox (e.g. as the env DATABASE_URL of exec) so data outlives the sandbox."),
+        tool::<Nothing>("list_databases", "List this workspace's databases as JSON (id, label, status, size, port), without credentials."),
+        tool::<DatabaseId>("database_connection", "The connection URL of a database: postgres://USER:PASSWORD@HOST:PORT/DATABASE, reachable from the workspace's sandboxes."),
+        tool::<DatabaseId>("delete_database", "Delete a database and all its data. Irreversible."),
     ]
 }
 
@@ -206,6 +210,37 @@ pub async fn call(
                 sb.resume().await?
             };
             ok(render::json(&after))
+        }
+        "create_database" => {
+            let a: inputs::CreateDatabase = args(raw)?;
+            let db = client
+                .databases()
+                .create(pandastack_sdk::api::CreateDatabase {
+                    label: a.label,
+                    size: a.size,
+                    always_on: a.always_on,
+                    ..Default::default()
+                })
+                .await?;
+            ok(render::json(&db))
+        }
+        "list_databases" => {
+            let _: inputs::Nothing = args(raw)?;
+            ok(render::json(&client.databases().list().await?))
+        }
+        "database_connection" => {
+            let a: inputs::DatabaseId = args(raw)?;
+            ok(ContentBlock::text(
+                client.databases().connection(&a.database_id).await?,
+            ))
+        }
+        "delete_database" => {
+            let a: inputs::DatabaseId = args(raw)?;
+            client.databases().delete(&a.database_id).await?;
+            ok(ContentBlock::text(format!(
+                "deleted database {}",
+                a.database_id
+            )))
         }
         other => Err(ToolError(format!("unknown tool '{other}'"))),
     }
