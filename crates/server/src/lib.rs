@@ -393,15 +393,6 @@ fn network_config(
     }))
 }
 
-/// The tag of a server: the first 6 hex digits of the SHA-256 of its canonical data dir. It
-/// names everything the server makes outside its data dir (namespaces, links, nft table,
-/// database sockets).
-pub fn data_dir_tag(canonical_data_dir: &std::path::Path) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(canonical_data_dir.display().to_string().as_bytes());
-    hex::encode(&digest[..3])
-}
-
 fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {
     if store.count_workspaces()? > 0 {
         return Ok(());

@@ -99,8 +99,7 @@ impl Databases {
         if let Some(a) = service_addr {
             addrs.insert(0, IpAddr::V4(a));
         }
-        let tag =
-            crate::data_dir_tag(&std::fs::canonicalize(&data_dir).unwrap_or(data_dir.clone()));
+        let tag = crate::data_dir_tag(&data_dir);
         let pg = PgConfig {
             bin_dir: settings.postgres_bin.clone(),
             root: data_dir.join("databases"),
