@@ -1,5 +1,5 @@
-"""Deletes every sandbox (and every template the workspace built) of the given workspaces
-through a PandaStack server's REST API.
+"""Deletes every sandbox and database (and every template the workspace built) of the given
+workspaces through a PandaStack server's REST API.
 
 Used by scripts/test.sh's exit trap (stdlib only, so it runs even when the test venv is
 missing) and by the pytest harness. Keys come from --keys (one per line) and --admin-env
@@ -38,26 +38,28 @@ def _call(url: str, key: str, method: str, path: str, timeout: float) -> object:
 
 
 def sweep(url: str, keys: list[str], timeout: float = 60.0) -> list[str]:
-    """Deletes all sandboxes visible to each key; returns the ids it could not delete."""
+    """Deletes all sandboxes, databases and built templates visible to each key; returns the
+    ids of sandboxes and databases it could not delete."""
     failed: list[str] = []
     for key in dict.fromkeys(k for k in keys if k):
-        try:
-            listed = _call(url, key, "GET", "/v1/sandboxes", timeout)
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            print(f"sweep: listing failed: {e}", file=sys.stderr)
-            continue
-        items = listed.get("items", []) if isinstance(listed, dict) else listed or []
-        for sb in items:
+        for kind, one in (("sandboxes", "sandbox"), ("databases", "database")):
             try:
-                _call(url, key, "DELETE", f"/v1/sandboxes/{sb['id']}", timeout)
-                print(f"sweep: deleted sandbox {sb['id']}")
-            except urllib.error.HTTPError as e:
-                if e.code != 404:
-                    failed.append(sb["id"])
-                    print(f"sweep: deleting {sb['id']} failed: HTTP {e.code}", file=sys.stderr)
-            except (urllib.error.URLError, OSError) as e:
-                failed.append(sb["id"])
-                print(f"sweep: deleting {sb['id']} failed: {e}", file=sys.stderr)
+                listed = _call(url, key, "GET", f"/v1/{kind}", timeout)
+            except (urllib.error.URLError, OSError, ValueError) as e:
+                print(f"sweep: listing {kind} failed: {e}", file=sys.stderr)
+                continue
+            items = listed.get("items", []) if isinstance(listed, dict) else listed or []
+            for it in items:
+                try:
+                    _call(url, key, "DELETE", f"/v1/{kind}/{it['id']}", timeout)
+                    print(f"sweep: deleted {one} {it['id']}")
+                except urllib.error.HTTPError as e:
+                    if e.code != 404:
+                        failed.append(it["id"])
+                        print(f"sweep: deleting {it['id']} failed: HTTP {e.code}", file=sys.stderr)
+                except (urllib.error.URLError, OSError) as e:
+                    failed.append(it["id"])
+                    print(f"sweep: deleting {it['id']} failed: {e}", file=sys.stderr)
         sweep_templates(url, key, timeout)
     return failed
 

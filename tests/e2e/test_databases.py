@@ -102,6 +102,7 @@ def test_sdk_calls_clone_reset_and_delete_leave_nothing(server, databases_delete
     assert db["template"].startswith("postgresql") and db["always_on"] is False
     assert isinstance(db["created_at"], int), db
     assert len(db["password"]) >= 22, "at least 128 bits"
+    assert db["password"] not in server.log.read_text(errors="replace"), "a password in the server log"
     url = db["connection_url"]
     assert host_psql(url, "CREATE TABLE t (n int); INSERT INTO t SELECT generate_series(1, 10)").returncode == 0
 
@@ -245,6 +246,16 @@ def test_committed_rows_survive_kill_9_of_the_server_and_of_the_cluster(server, 
     # (crash recovery replays the WAL).
     pid_file = Path(server.data_dir) / "databases" / db["id"] / "mnt" / "pgdata" / "postmaster.pid"
     postmaster = int(pid_file.read_text().splitlines()[0])
+    # Its own memory limit: the 1g tier, on its own cgroup.
+    groups = dict(l.split(":", 2)[1:] for l in Path(f"/proc/{postmaster}/cgroup").read_text().splitlines())
+    memory_v1 = next((path for ctrls, path in groups.items() if "memory" in ctrls.split(",")), None)
+    if memory_v1 is not None:
+        memcg, limit_file = memory_v1, Path(f"/sys/fs/cgroup/memory{memory_v1}/memory.limit_in_bytes")
+    else:
+        memcg, limit_file = groups[""], Path(f"/sys/fs/cgroup{groups['']}/memory.max")
+    assert memcg.endswith(f"/pandastack-db/{db['id']}"), memcg
+    assert int(limit_file.read_text().strip()) == 1024 * 1024 * 1024, limit_file
+    assert Path(f"/proc/{postmaster}/status").read_text().count("Uid:\t0\t") == 0, "runs as root"
     assert host_psql(url, "INSERT INTO ledger VALUES (1001)").returncode == 0
     os.kill(postmaster, signal.SIGKILL)
     deadline = time.monotonic() + 60
@@ -319,6 +330,19 @@ def test_idle_stop_and_wake_on_connect(idle_server):
     assert causes[0] == ("provisioning", "running", "api"), causes
     assert ("running", "stopped", "idle") in causes and ("stopped", "running", "connection") in causes, causes
     assert ("stopped", "running", "api") in causes, causes
+
+    # A restart of the server starts the always_on database again; the other stays stopped
+    # until something connects.
+    keeper = client.databases.create(label="keeper", always_on=True)
+    assert host_psql(keeper["connection_url"], "CREATE TABLE k (n int); INSERT INTO k VALUES (7)").returncode == 0
+    idle_server.stop()
+    assert not [c for c in os.popen("ps -eo args").read().splitlines() if keeper["id"] in c], "a graceful stop stops clusters"
+    idle_server.start()
+    client = idle_server.client()
+    assert client.databases.get(keeper["id"])["status"] == "running"
+    assert client.databases.get(db["id"])["status"] == "stopped"
+    assert host_psql(keeper["connection_url"], "SELECT n FROM k").stdout.strip() == "7"
+    assert host_psql(url, "SELECT count(*) FROM naps").stdout.strip() == "1"
 
 
 def test_events_and_metrics(server, databases_deleted):

@@ -59,6 +59,33 @@ pub struct PgConfig {
     pub os_user: String,
 }
 
+impl PgConfig {
+    /// Checks that the OS user can reach [`PgConfig::root`]: every existing directory on the way
+    /// must let it search (`x` for its uid, gid or others). A data dir of mode 0700 does not.
+    ///
+    /// # Errors
+    /// [`PgError::NotInstalled`] without the user; [`PgError::NoAccess`] naming no path (the
+    /// server logs which).
+    pub fn check_access(&self) -> Result<(), PgError> {
+        use std::os::unix::fs::MetadataExt;
+        let user = OsUser::lookup(&self.os_user)?;
+        for dir in self.root.ancestors() {
+            let Ok(m) = std::fs::metadata(dir) else {
+                continue;
+            };
+            let mode = m.mode();
+            let searchable = (m.uid() == user.uid && mode & 0o100 != 0)
+                || (m.gid() == user.gid && mode & 0o010 != 0)
+                || mode & 0o001 != 0;
+            if !searchable {
+                tracing::warn!(dir = %dir.display(), "the postgres user cannot search this directory; databases are not available");
+                return Err(PgError::NoAccess);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Errors of cluster operations. Messages are short but may name host paths (a tool's
 /// complaint): the server logs them and tells API clients only what failed.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +93,9 @@ pub enum PgError {
     /// PostgreSQL is not installed where [`PgConfig::bin_dir`] says.
     #[error("postgresql is not installed on this host")]
     NotInstalled,
+    /// The postgres user cannot reach the clusters' directory (a parent lacks `x` for it).
+    #[error("the postgres user cannot reach the data dir: give every parent directory of it o+x")]
+    NoAccess,
     /// A tool (`mkfs.ext4`, `mount`, `initdb`, `pg_basebackup`, ...) failed.
     #[error("{tool} failed: {detail}")]
     Tool { tool: &'static str, detail: String },

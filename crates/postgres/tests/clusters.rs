@@ -385,3 +385,18 @@ async fn clusters_live_clone_fill_and_go() {
         String::from_utf8_lossy(&loops.stdout)
     );
 }
+
+#[test]
+fn a_data_dir_the_postgres_user_cannot_search_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = std::env::temp_dir().join(format!("ps-pg-access-{}", std::process::id()));
+    std::fs::create_dir_all(base.join("data")).unwrap();
+    let mut cfg = config(&base.join("data"));
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(matches!(cfg.check_access(), Err(pandastack_postgres::PgError::NoAccess)));
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
+    assert!(cfg.check_access().is_ok());
+    cfg.os_user = "no-such-user-here".into();
+    assert!(matches!(cfg.check_access(), Err(pandastack_postgres::PgError::NotInstalled)));
+    std::fs::remove_dir_all(&base).unwrap();
+}

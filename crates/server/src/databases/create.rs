@@ -111,15 +111,17 @@ impl NewDatabase {
 }
 
 impl Databases {
-    /// Refuses creates on a host without PostgreSQL.
+    /// Refuses creates on a host without PostgreSQL, or whose data dir the postgres user
+    /// cannot reach.
     fn check_installed(&self) -> Result<(), ApiError> {
-        if self.settings.postgres_bin.join("postgres").exists() {
-            Ok(())
-        } else {
-            Err(ApiError::Unavailable(
+        if !self.settings.postgres_bin.join("postgres").exists() {
+            return Err(ApiError::Unavailable(
                 "databases are not available: postgresql is not installed on this host".into(),
-            ))
+            ));
         }
+        self.pg
+            .check_access()
+            .map_err(|e| ApiError::Unavailable(format!("databases are not available: {e}")))
     }
 
     /// Writes the row of a new database, opens its port and returns it (`provisioning`).

@@ -198,6 +198,9 @@ impl Databases {
             info!("postgresql is not installed: databases are not available on this server");
             return;
         }
+        if self.pg.check_access().is_err() {
+            return;
+        }
         let me = self.clone();
         self.tasks.spawn(async move {
             if let Err(e) = me.template().await {
