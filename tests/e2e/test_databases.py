@@ -345,6 +345,39 @@ def test_idle_stop_and_wake_on_connect(idle_server):
     assert host_psql(url, "SELECT count(*) FROM naps").stdout.strip() == "1"
 
 
+
+def test_low_host_disk_refuses_creates_clones_and_growth_with_507(idle_server):
+    client = idle_server.client()
+    db = client.databases.create(label="cramped", always_on=True)
+    assert host_psql(db["connection_url"], "CREATE TABLE c (n int); INSERT INTO c VALUES (3)").returncode == 0
+    # Nothing is written to fill the disk: the reserve is raised above what is free.
+    plain = list(idle_server.extra_args)
+    idle_server.extra_args = plain + ["--disk-reserve-percent", "99.9", "--disk-reserve-max-gb", "100000"]
+    try:
+        idle_server.stop()
+        idle_server.start()
+        s = requests.Session()
+        s.headers["Authorization"] = f"Bearer {idle_server.admin_key()}"
+        base = f"{idle_server.url}/v1/databases"
+        for method, path, body in [
+            ("POST", "", {"label": "more"}),
+            ("POST", f"/{db['id']}/clone", {}),
+            ("PATCH", f"/{db['id']}", {"storage_mb": 6144}),
+        ]:
+            r = s.request(method, base + path, json=body, timeout=60)
+            assert r.status_code == 507 and "host storage low" in r.json()["error"], (path, r.status_code, r.text)
+        # What runs goes on, and a refusal made nothing.
+        assert host_psql(db["connection_url"], "INSERT INTO c VALUES (4); SELECT count(*) FROM c").stdout.strip() == "2"
+        listed = s.get(base, timeout=30).json()["items"]
+        assert not [d for d in listed if d["label"] == "more" or d["cloned_from"] == db["id"]], listed
+        assert s.get(f"{base}/{db['id']}", timeout=30).json()["storage_mb"] == 5120
+    finally:
+        idle_server.extra_args = plain
+        idle_server.stop()
+        idle_server.start()
+    client.databases.delete(db["id"])
+
+
 def test_events_and_metrics(server, databases_deleted):
     from pandastack import Client
     from prometheus_client.parser import text_string_to_metric_families

@@ -124,7 +124,8 @@ fn db_commands_build_the_documented_bodies() {
         pandastack_sdk::without_nulls(&a.body()).unwrap_or_default(),
         serde_json::json!({"label": "agent-memory", "size": "1g"})
     );
-    let DbCommand::Create(a) = db("pandastack db create --always-on --storage-mb 1024 --cpu 1") else {
+    let DbCommand::Create(a) = db("pandastack db create --always-on --storage-mb 1024 --cpu 1")
+    else {
         panic!()
     };
     assert_eq!(
@@ -136,7 +137,9 @@ fn db_commands_build_the_documented_bodies() {
     };
     assert_eq!((u.id.as_str(), u.always_on), ("ID", Some(false)));
     assert!(parse("pandastack db update ID --always-on maybe").is_err());
-    assert!(matches!(db("pandastack db connection X -o json"), DbCommand::Connection { id } if id == "X"));
+    assert!(
+        matches!(db("pandastack db connection X -o json"), DbCommand::Connection { id } if id == "X")
+    );
 }
 
 #[test]

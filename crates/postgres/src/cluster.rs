@@ -66,6 +66,27 @@ impl ClusterDirs {
     pub fn storage(&self) -> DiskImage {
         DiskImage::new(self.dir.join("storage.img"), self.dir.join("mnt"))
     }
+
+    /// Bytes the cluster takes on the host's disk: the blocks allocated to the (sparse) image
+    /// and to the WAL, not `storage_mb`. A copy of the cluster (a clone) writes about this much.
+    pub fn host_bytes(&self) -> u64 {
+        allocated_bytes(&self.dir.join("storage.img")) + allocated_bytes(&self.wal)
+    }
+}
+
+/// Bytes allocated on disk (`st_blocks` × 512) to a file, or to the files of a directory
+/// tree; 0 for what does not exist.
+fn allocated_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !m.is_dir() {
+        return m.blocks() * 512;
+    }
+    std::fs::read_dir(path)
+        .map(|entries| entries.flatten().map(|e| allocated_bytes(&e.path())).sum())
+        .unwrap_or(0)
 }
 
 /// How a cluster runs: its tier, CPU quota and durability.

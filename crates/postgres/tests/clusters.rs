@@ -393,10 +393,16 @@ fn a_data_dir_the_postgres_user_cannot_search_is_refused() {
     std::fs::create_dir_all(base.join("data")).unwrap();
     let mut cfg = config(&base.join("data"));
     std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
-    assert!(matches!(cfg.check_access(), Err(pandastack_postgres::PgError::NoAccess)));
+    assert!(matches!(
+        cfg.check_access(),
+        Err(pandastack_postgres::PgError::NoAccess)
+    ));
     std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
     assert!(cfg.check_access().is_ok());
     cfg.os_user = "no-such-user-here".into();
-    assert!(matches!(cfg.check_access(), Err(pandastack_postgres::PgError::NotInstalled)));
+    assert!(matches!(
+        cfg.check_access(),
+        Err(pandastack_postgres::PgError::NotInstalled)
+    ));
     std::fs::remove_dir_all(&base).unwrap();
 }

@@ -27,6 +27,10 @@ pub const DEFAULT_CPU: u32 = 2;
 pub const MAX_CPU: u32 = 64;
 /// Longest label, characters.
 pub const MAX_LABEL_CHARS: usize = 128;
+/// Host disk a new database writes at once, bytes: the template's copy (~30 MiB) and its first
+/// WAL segments. Its `storage_mb` is sparse and costs disk only as it fills, so the disk
+/// reserve (issue 8) counts this, not `storage_mb`.
+pub const NEW_DATABASE_BYTES: u64 = 64 << 20;
 
 /// A checked create (or clone) request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +128,16 @@ impl Databases {
             .map_err(|e| ApiError::Unavailable(format!("databases are not available: {e}")))
     }
 
+    /// Refuses a database operation (`what`) that writes about `need_bytes` to the host's
+    /// disk when the data dir's filesystem would keep less than its reserve free (issue 8;
+    /// README "Limits").
+    ///
+    /// # Errors
+    /// 507 `host storage low: ...`.
+    pub(super) fn check_disk(&self, what: &str, need_bytes: u64) -> Result<(), ApiError> {
+        self.host.check_disk_reserve(what, need_bytes)
+    }
+
     /// Writes the row of a new database, opens its port and returns it (`provisioning`).
     async fn admit_new(
         self: &Arc<Self>,
@@ -173,13 +187,14 @@ impl Databases {
     /// `POST /v1/databases`: a new database, provisioned in the background.
     ///
     /// # Errors
-    /// 503 without PostgreSQL or a free port; store errors.
+    /// 503 without PostgreSQL or a free port; 507 below the disk reserve; store errors.
     pub async fn create(
         self: &Arc<Self>,
         workspace_id: &str,
         new: NewDatabase,
     ) -> Result<Arc<LiveDb>, ApiError> {
         self.check_installed()?;
+        self.check_disk("database create", NEW_DATABASE_BYTES)?;
         let database = database_name(new.label.as_deref());
         let role = owner_role(&database);
         let db = self
@@ -223,7 +238,8 @@ impl Databases {
     ///
     /// # Errors
     /// 400 for `target_time` (point-in-time clones need archived WAL, which this server does
-    /// not keep) and bad fields; 409 when the source is provisioning or failed.
+    /// not keep) and bad fields; 409 when the source is provisioning or failed; 507 when the
+    /// copy (the source's bytes on the host disk) would eat into the disk reserve.
     pub async fn clone_database(
         self: &Arc<Self>,
         source: &Arc<LiveDb>,
@@ -234,6 +250,7 @@ impl Databases {
         }
         self.check_installed()?;
         let src = source.snapshot();
+        self.check_disk("database clone", source.dirs.host_bytes())?;
         match DatabaseState::parse(&src.status) {
             DatabaseState::Running | DatabaseState::Stopped => {}
             s => {

@@ -52,7 +52,8 @@ impl Databases {
     /// grow, then runs again if it ran).
     ///
     /// # Errors
-    /// 400 for a smaller or out-of-range `storage_mb`; 409 while provisioning or failed.
+    /// 400 for a smaller or out-of-range `storage_mb`; 409 while provisioning or failed; 507
+    /// for a growth while the host disk is below its reserve.
     pub async fn update(&self, db: &Arc<LiveDb>, req: UpdateDatabase) -> Result<(), ApiError> {
         match db.state() {
             DatabaseState::Running | DatabaseState::Stopped => {}
@@ -72,6 +73,9 @@ impl Databases {
                 )));
             }
             if mb > current {
+                // Growing writes little, but lets the database fill more of a host disk
+                // that is already short.
+                self.check_disk("database storage growth", 0)?;
                 self.grow(db, mb).await?;
             }
         }
