@@ -329,7 +329,8 @@ fn second_stage(args: &ShimArgs, control: &PathBuf, guest_closed: &AtomicBool) -
     }
 }
 
-/// In the child before exec: a private mount namespace whose `/proc/sys/net` is an empty tmpfs.
+/// In the child before exec: a mount namespace of its own (a slave of the host's, so unmounts
+/// there reach it) whose `/proc/sys/net` is an empty tmpfs.
 fn hide_proc_sys_net() -> io::Result<()> {
     let check = |rc: libc::c_int| {
         if rc == 0 {
@@ -345,7 +346,9 @@ fn hide_proc_sys_net() -> io::Result<()> {
             std::ptr::null(),
             c"/".as_ptr(),
             std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
+            // Slave, not private: unmounts on the host (a database's storage, issue 10)
+            // reach this copy too, so it does not keep their filesystems alive.
+            libc::MS_REC | libc::MS_SLAVE,
             std::ptr::null(),
         ))?;
         check(libc::mount(

@@ -34,6 +34,9 @@ pub struct Session {
     pub socket_dir: PathBuf,
     /// Dropped when the connection ends (the server counts connections with it).
     pub guard: Box<dyn Send + Sync>,
+    /// Cancelled to end the connection from the server's side (reset-credentials ends every
+    /// session opened before it, those still authenticating with the old password too).
+    pub end: CancellationToken,
 }
 
 /// Why a connection is refused, as PostgreSQL would say it.
@@ -197,7 +200,10 @@ async fn session(
             return;
         }
     };
-    let _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream).await;
+    tokio::select! {
+        _ = s.end.cancelled() => {}
+        _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream) => {}
+    }
     drop(s.guard);
 }
 

@@ -230,6 +230,36 @@ pub fn mounted_at(path: &Path) -> bool {
         .any(|m| unescape_mount_path(m) == want)
 }
 
+/// Makes `root` (the directory every image is mounted under) a shared mount point: a bind
+/// mount of itself, `--make-shared`. Mount namespaces copied from the host's while an image is
+/// mounted (runsc runs in one per sandbox) then hold a *slave* copy of it, and the host's
+/// unmount reaches that copy too; a private copy would keep the filesystem, and its loop
+/// device, alive until that sandbox exits (a grow or a delete would then act on a filesystem
+/// still mounted elsewhere). Idempotent (after a crash the bind is still there).
+///
+/// # Errors
+/// `mount`'s complaint.
+pub async fn share_root(root: &Path) -> Result<(), PgError> {
+    std::fs::create_dir_all(root)?;
+    let path = root.display().to_string();
+    if !mounted_at(root) {
+        run("mount", command("mount", &["--bind", &path, &path])).await?;
+    }
+    run("mount", command("mount", &["--make-shared", &path]))
+        .await
+        .map(drop)
+}
+
+/// Undoes [`share_root`] when nothing is mounted below `root` any more (graceful stop).
+pub async fn unshare_root(root: &Path) {
+    if mounted_at(root) && mounts_under(root).iter().all(|m| m == root) {
+        let path = root.display().to_string();
+        if let Err(e) = run("umount", command("umount", &[&path])).await {
+            tracing::warn!(error = %e, "unmounting the databases' bind mount");
+        }
+    }
+}
+
 /// Mount points under `dir` (for start-up recovery of what a crash left).
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {

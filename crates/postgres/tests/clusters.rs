@@ -15,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio_postgres::NoTls;
+use tokio_util::sync::CancellationToken;
 
 fn config(base: &Path) -> PgConfig {
     PgConfig {
@@ -91,7 +92,8 @@ async fn owner_client(
     Ok(client)
 }
 
-struct LoopbackOnly(PathBuf);
+/// Admits loopback peers; every session holds the token (cancelling it ends them).
+struct LoopbackOnly(PathBuf, CancellationToken);
 
 #[async_trait]
 impl Admission for LoopbackOnly {
@@ -100,6 +102,7 @@ impl Admission for LoopbackOnly {
             Ok(Session {
                 socket_dir: self.0.clone(),
                 guard: Box::new(()),
+                end: self.1.clone(),
             })
         } else {
             Err(Refusal {
@@ -183,11 +186,12 @@ async fn clusters_live_clone_fill_and_go() {
 
     // Through the front end over TCP.
     let fe = FrontEnd::new(vec![IpAddr::from([127, 0, 0, 1])], 41000..=41999);
+    let end = CancellationToken::new();
     let binding = fe
         .bind(
             &a.dirs.id,
             None,
-            Arc::new(LoopbackOnly(a.dirs.socket_dir.clone())),
+            Arc::new(LoopbackOnly(a.dirs.socket_dir.clone(), end.clone())),
         )
         .await
         .unwrap();
@@ -228,6 +232,12 @@ async fn clusters_live_clone_fill_and_go() {
     assert!(bad.is_err(), "the owner reaches only its own database");
     let wrong = tokio_postgres::connect(&url.replace(&a.owner, "wrong"), NoTls).await;
     assert!(wrong.is_err());
+    // The server's side ends a spliced session (the listener stays).
+    end.cancel();
+    assert!(
+        tcp.query_one("SELECT 1", &[]).await.is_err(),
+        "a session outlived its end"
+    );
 
     // A clone of the running cluster has the rows and its own passwords.
     let b_dirs = ClusterDirs::new(&cfg, &id(0xb));

@@ -40,6 +40,8 @@ impl Admission for Gate {
                 "connection refused: only the host and sandboxes of this database's workspace may connect",
             ));
         }
+        // Taken before the cluster is reached: a reset-credentials from now on ends it.
+        let end = db.session_token();
         let guard = db.connection();
         dbs.ensure_running(&db, "connection")
             .await
@@ -47,6 +49,7 @@ impl Admission for Gate {
         Ok(Session {
             socket_dir: db.dirs.socket_dir.clone(),
             guard: Box::new(guard),
+            end,
         })
     }
 }

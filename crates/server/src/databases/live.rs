@@ -7,6 +7,7 @@ use pandastack_store::{now_ms, DatabaseRow};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::RwLock;
+use tokio_util::sync::CancellationToken;
 
 /// One database known to this server.
 pub struct LiveDb {
@@ -25,6 +26,8 @@ pub struct LiveDb {
     last_active_ms: AtomicI64,
     /// The front end's listeners of this database's port.
     binding: Mutex<Option<Binding>>,
+    /// Held by every spliced connection; [`LiveDb::end_sessions`] cancels it.
+    sessions: Mutex<CancellationToken>,
 }
 
 impl LiveDb {
@@ -39,6 +42,7 @@ impl LiveDb {
             lifecycle: Arc::new(RwLock::new(())),
             connections: AtomicU64::new(0),
             binding: Mutex::new(None),
+            sessions: Mutex::new(CancellationToken::new()),
         }
     }
 
@@ -78,6 +82,21 @@ impl LiveDb {
         self.connections.fetch_add(1, Ordering::SeqCst);
         self.touch();
         ConnectionGuard { db: self.clone() }
+    }
+
+    /// The token a connection admitted now holds.
+    pub fn session_token(&self) -> CancellationToken {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Ends every connection admitted so far (the listeners stay); later ones are not
+    /// affected.
+    pub fn end_sessions(&self) {
+        let old = std::mem::take(&mut *self.sessions.lock().unwrap_or_else(|e| e.into_inner()));
+        old.cancel();
     }
 
     /// Keeps `b` as this database's listeners (replacing and closing any previous ones).

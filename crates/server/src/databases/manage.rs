@@ -34,12 +34,25 @@ impl Databases {
             .map_err(|e| ApiError::internal("sealing a password", e))?;
         let ended = async {
             let admin = Admin::connect(&db.dirs.socket_dir, &superuser).await?;
-            admin
+            let ended = admin
                 .rotate_password(&row.username, &scram_verifier(&password))
-                .await
+                .await?;
+            // The terminated backends send their clients a FATAL on the way out: let it
+            // through (up to 1 s) before the splices are cut.
+            for _ in 0..20 {
+                if admin.sessions_of(&row.username).await? == 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Ok::<_, pandastack_postgres::PgError>(ended)
         }
         .await
         .map_err(|e| ApiError::internal("resetting database credentials", e))?;
+        // A session that was still authenticating is invisible to pg_stat_activity and may
+        // already hold the old verifier: end every connection admitted before the new
+        // password, at the front end.
+        db.end_sessions();
         db.row().password_sealed = sealed;
         self.save(db)?;
         db.touch();

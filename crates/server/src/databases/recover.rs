@@ -10,7 +10,7 @@
 
 use super::{DatabaseState, Databases, LiveDb};
 use pandastack_postgres::cluster::{self, StopMode};
-use pandastack_postgres::provision;
+use pandastack_postgres::{provision, storage};
 use pandastack_store::DatabaseRow;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,6 +23,9 @@ impl Databases {
     /// # Errors
     /// Store errors.
     pub async fn recover(self: &Arc<Self>) -> Result<(), crate::error::ApiError> {
+        if let Err(e) = storage::share_root(&self.pg.root).await {
+            warn!(error = %e, "sharing the databases' mount point; sandboxes started meanwhile keep copies of database mounts");
+        }
         let rows = self.host.store.all_databases()?;
         let known: HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
         for row in rows {
@@ -127,5 +130,6 @@ impl Databases {
         }
         let _ = self.sync_ports().await;
         let _ = std::fs::remove_dir_all(&self.pg.socket_root);
+        storage::unshare_root(&self.pg.root).await;
     }
 }
