@@ -96,6 +96,10 @@ pub enum PgError {
     /// The postgres user cannot reach the clusters' directory (a parent lacks `x` for it).
     #[error("the postgres user cannot reach the data dir: give every parent directory of it o+x")]
     NoAccess,
+    /// The storage's filesystem is still mounted in another mount namespace (a sandbox
+    /// started while it was mounted, by a server without [`storage::share_root`]).
+    #[error("the storage is still in use elsewhere; try again")]
+    InUse,
     /// A tool (`mkfs.ext4`, `mount`, `initdb`, `pg_basebackup`, ...) failed.
     #[error("{tool} failed: {detail}")]
     Tool { tool: &'static str, detail: String },

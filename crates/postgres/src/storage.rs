@@ -132,7 +132,8 @@ impl DiskImage {
     /// caller stops the cluster for the second this takes (fsck, resize).
     ///
     /// # Errors
-    /// `InvalidInput` while mounted; `e2fsck` / `resize2fs` complaints; I/O errors.
+    /// `InvalidInput` while mounted; [`PgError::InUse`] while its filesystem is still mounted
+    /// in another mount namespace; `e2fsck` / `resize2fs` complaints; I/O errors.
     pub async fn grow(&self, size_mb: u64) -> Result<(), PgError> {
         if self.is_mounted() {
             return Err(PgError::Io(std::io::Error::new(
@@ -140,7 +141,10 @@ impl DiskImage {
                 "the image must be unmounted to grow",
             )));
         }
-        self.detach_loops().await;
+        if !self.detach_loops().await {
+            // Resizing under a filesystem the kernel still has mounted would corrupt it.
+            return Err(PgError::InUse);
+        }
         let f = std::fs::OpenOptions::new().write(true).open(&self.image)?;
         let want = size_mb * 1024 * 1024;
         if f.metadata()?.len() < want {
@@ -199,23 +203,26 @@ impl DiskImage {
             .collect()
     }
 
-    /// Detaches every loop device of the image and waits (up to 5 s) until the kernel has
-    /// let go of them (auto-clear after an unmount is asynchronous).
-    async fn detach_loops(&self) {
+    /// Detaches every loop device of the image and waits (up to 1 s) until the kernel has
+    /// let go of them (auto-clear after an unmount is asynchronous). False when one stays:
+    /// its filesystem is still mounted in another mount namespace (a copy made while it was
+    /// mounted, which [`share_root`] prevents for our own sandboxes).
+    async fn detach_loops(&self) -> bool {
         if !self.image.exists() {
-            return;
+            return true;
         }
-        for _ in 0..100 {
+        for _ in 0..20 {
             let devs = self.loop_devices().await;
             if devs.is_empty() {
-                return;
+                return true;
             }
             for dev in devs {
                 let _ = run("losetup", command("losetup", &["-d", &dev])).await;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        tracing::warn!(image = %self.image.display(), "a loop device of the image stays attached");
+        tracing::warn!(image = %self.image.display(), "a loop device of the image stays attached (mounted in another mount namespace)");
+        false
     }
 }
 

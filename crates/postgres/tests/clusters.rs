@@ -141,6 +141,10 @@ impl Drop for Cleanup {
                 .arg(dir.join("mnt"))
                 .status();
         }
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.base.join("databases"))
+            .status();
         let _ = std::fs::remove_dir_all(&self.base);
         let _ = std::fs::remove_dir_all(&self.sockets);
     }
@@ -172,6 +176,10 @@ async fn clusters_live_clone_fill_and_go() {
         base: base.clone(),
         sockets: cfg.socket_root.clone(),
     };
+    // As the server does: sandboxes starting meanwhile get slave copies of these mounts.
+    pandastack_postgres::storage::share_root(&cfg.root)
+        .await
+        .expect("share the root");
     let t = template::ensure(&cfg).await.expect("template");
     // A second call finds the ready template.
     assert_eq!(template::ensure(&cfg).await.unwrap().dir, t.dir);

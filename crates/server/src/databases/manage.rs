@@ -6,8 +6,8 @@ use crate::error::ApiError;
 use pandastack_api::UpdateDatabase;
 use pandastack_postgres::admin::Admin;
 use pandastack_postgres::cluster::{self, StopMode};
-use pandastack_postgres::provision;
 use pandastack_postgres::secret::{generate_password, scram_verifier};
+use pandastack_postgres::{provision, PgError};
 use pandastack_store::now_ms;
 use std::sync::Arc;
 use tracing::{info, warn};
@@ -66,7 +66,8 @@ impl Databases {
     ///
     /// # Errors
     /// 400 for a smaller or out-of-range `storage_mb`; 409 while provisioning or failed; 507
-    /// for a growth while the host disk is below its reserve.
+    /// for a growth while the host disk is below its reserve; 503 while the storage is still
+    /// mounted in another mount namespace.
     pub async fn update(&self, db: &Arc<LiveDb>, req: UpdateDatabase) -> Result<(), ApiError> {
         match db.state() {
             DatabaseState::Running | DatabaseState::Stopped => {}
@@ -122,10 +123,15 @@ impl Databases {
             if was_running {
                 let _ = self.start_locked(db, "resize").await;
             }
-            return Err(ApiError::Internal(format!(
-                "the storage of database {} could not grow",
-                db.id
-            )));
+            return Err(match e {
+                PgError::InUse => ApiError::Unavailable(format!(
+                    "the storage of database {} is busy; try again in a minute",
+                    db.id
+                )),
+                _ => {
+                    ApiError::Internal(format!("the storage of database {} could not grow", db.id))
+                }
+            });
         }
         db.row().storage_mb = mb;
         self.save(db)?;
