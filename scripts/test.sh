@@ -166,18 +166,15 @@ sweep_sandboxes() {
     --keys "$RUN/keys" --admin-env "$SERVER_DATA/admin.env" || true
 }
 
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  echo
-  echo "=== cleanup ==="
-  # A server pytest left behind (killed by a timeout): sweep through it, then stop it.
+# Stops what a phase left running under $DATA: a server pytest left behind (killed by a
+# timeout) is swept first, then every pandastack/runsc process and runsc container of this run.
+stop_leftovers() {
+  local left root dir c
   if [ -s "$RUN/server.pid" ] && kill -0 "$(cat "$RUN/server.pid")" 2>/dev/null; then
     sweep_sandboxes
   fi
   # Servers of this run (the main one, and any a test started on its own data dir under
   # $DATA), their shims and their runsc processes; nothing outside $DATA.
-  local left root dir c
   left=$(scoped_pids "$DATA")
   if [ -n "$left" ]; then
     echo "cleanup: stopping leftover processes under $DATA: $(echo $left)"
@@ -195,6 +192,14 @@ cleanup() {
       case "$c" in ps-*) rm -rf "${dir:?}/instances/$c" ;; esac
     done
   done
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  echo
+  echo "=== cleanup ==="
+  stop_leftovers
   kill_pids KILL $(rooted_pids "$DATA/ci-rootfs/current")
   # Database clusters and their storage mounts (a mount's loop device goes with it).
   left=$(postgres_pids "$DATA")
@@ -328,7 +333,9 @@ venv_ok=$?
 phase npm 10m npm_install
 npm_ok=$?
 if [ $baked -eq 0 ] && [ $venv_ok -eq 0 ]; then
-  phase e2e-python 30m pytest_e2e
+  phase e2e-python 40m pytest_e2e
+  # A timed-out pytest leaves its server holding the data dir the next phase needs.
+  stop_leftovers
 else
   skip e2e-python "needs the baked templates and the venv"
 fi
