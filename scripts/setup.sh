@@ -2,8 +2,8 @@
 # Installs what PandaStack needs on a Debian bookworm host (run as root). Idempotent and quick
 # when everything is there already: runsc from bookworm-backports (bookworm's own is from 2022),
 # mmdebstrap for template bakes, nftables and iproute2 for sandbox networking, PostgreSQL 15
-# and e2fsprogs for databases (the server runs the clusters itself: Debian's own `main` cluster
-# is not made), Python venv support for the SDK demo and tests.
+# and e2fsprogs for databases and as the store of a cluster (the server runs the clusters
+# itself: Debian's own `main` cluster is not made), Python venv support for the SDK demo and tests.
 set -euo pipefail
 
 need=()
@@ -14,6 +14,8 @@ command -v curl >/dev/null || need+=(curl)
 command -v nft >/dev/null || need+=(nftables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null || need+=(util-linux)
+# PostgreSQL 15: the shared store of a cluster (issue 12) and, later, sandbox databases.
+[ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
 command -v cc >/dev/null || need+=(build-essential)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
 command -v psql >/dev/null || need+=(postgresql-client-15)

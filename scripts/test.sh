@@ -213,6 +213,7 @@ cleanup() {
     echo "cleanup: unmounting $m"
     umount "$m" 2>/dev/null || umount -l "$m"
   done
+  stop_postgres
   echo "cleanup: done"
   print_summary
   if [ ${#FAILED[@]} -gt 0 ] || [ $rc -ne 0 ]; then
@@ -254,6 +255,28 @@ link_guest_ci_rootfs() {
   fi
   ln -sfn "$copy" "$DATA/ci-rootfs/current"
   echo "guest kernel tests: rootfs $copy"
+}
+
+# A throwaway PostgreSQL cluster for the store's tests and the cluster tests (as the postgres
+# user: initdb refuses root; fsync off: nothing here must survive a host crash), on a free
+# port, in $DATA/postgres; stopped by the cleanup trap.
+start_postgres() {
+  local bin=/usr/lib/postgresql/15/bin dir=$DATA/postgres port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  stop_postgres # one a killed earlier run left
+  mkdir -p "$dir" && chown postgres: "$dir"
+  runuser -u postgres -- "$bin/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$LOGS/postgres-init.log" 2>&1 || return 1
+  runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c max_connections=300" start >/dev/null || return 1
+  echo "postgres://postgres@127.0.0.1:$port/postgres" >"$RUN/postgres.url"
+  echo "postgres: $(cat "$RUN/postgres.url")"
+}
+
+stop_postgres() {
+  local dir=$DATA/postgres
+  [ -d "$dir/data" ] || return 0
+  runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D "$dir/data" -m immediate -w stop >/dev/null 2>&1
+  rm -rf "$dir"
 }
 
 cargo_test() {
@@ -303,9 +326,14 @@ node_tests() {
 }
 
 export -f scoped_pids rooted_pids postgres_pids mounts_under kill_pids start_ts_server stop_ts_server sweep_sandboxes \
-  link_guest_ci_rootfs cargo_test make_venv npm_install pytest_e2e node_tests
+  link_guest_ci_rootfs cargo_test make_venv npm_install pytest_e2e node_tests start_postgres stop_postgres
 
 phase setup 15m bash scripts/setup.sh || exit 1
+if phase postgres 2m start_postgres; then
+  export PANDASTACK_TEST_POSTGRES_URL
+  PANDASTACK_TEST_POSTGRES_URL=$(cat "$RUN/postgres.url")
+  export PANDASTACK_REQUIRE_POSTGRES=1
+fi
 phase build 30m bash scripts/build.sh "$DIST" || exit 1
 phase bake 20m "$DIST/pandastack" template-bake base code-interpreter --data-dir "$SERVER_DATA"
 baked=$?

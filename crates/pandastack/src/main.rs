@@ -47,6 +47,10 @@ struct ServerArgs {
         default_value = "/var/lib/pandastack"
     )]
     data_dir: PathBuf,
+    /// The control-plane store: `postgres://USER[:PASSWORD]@HOST:PORT/DB` for a cluster of
+    /// hosts sharing one database; default: SQLite in the data dir.
+    #[arg(long, env = "PANDASTACK_STORE")]
+    store: Option<String>,
     /// The static guest daemon (default: `pandastack-guest` beside this binary).
     #[arg(long, env = "PANDASTACK_GUEST_BIN")]
     guest_bin: Option<PathBuf>,
@@ -220,6 +224,9 @@ enum AdminCommand {
             default_value = "/var/lib/pandastack"
         )]
         data_dir: PathBuf,
+        /// The server's store when it is PostgreSQL (`--store` of `pandastack server`).
+        #[arg(long, env = "PANDASTACK_STORE")]
+        store: Option<String>,
     },
 }
 
@@ -283,6 +290,7 @@ fn main() -> Result<()> {
             let cfg = pandastack_server::ServerConfig {
                 listen: a.listen,
                 data_dir: a.data_dir,
+                store: a.store,
                 guest_bin,
                 kernel_py,
                 runsc: a.runsc,
@@ -337,9 +345,20 @@ fn main() -> Result<()> {
             init_logs();
             bake(a)
         }
-        Command::Admin(AdminCommand::WorkspaceCreate { name, data_dir }) => {
-            let store = pandastack_server::open_store(&data_dir)?;
-            let (ws, key) = pandastack_server::auth::create_workspace(&store, &name)?;
+        Command::Admin(AdminCommand::WorkspaceCreate {
+            name,
+            data_dir,
+            store,
+        }) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (ws, key) = rt.block_on(async {
+                let store = pandastack_server::open_store(&data_dir, store.as_deref()).await?;
+                pandastack_server::auth::create_workspace(&store, &name)
+                    .await
+                    .map_err(anyhow::Error::from)
+            })?;
             println!("workspace {ws}\nexport PANDASTACK_API_KEY={key}");
             Ok(())
         }

@@ -33,7 +33,7 @@ fn hash(key: &str) -> String {
 ///
 /// # Errors
 /// Store errors.
-pub fn create_key(
+pub async fn create_key(
     store: &Store,
     workspace_id: &str,
     label: &str,
@@ -54,7 +54,7 @@ pub fn create_key(
         expires_at,
         revoked_at: None,
     };
-    store.insert_api_key(&row)?;
+    store.insert_api_key(&row).await?;
     Ok((key, row))
 }
 
@@ -62,14 +62,16 @@ pub fn create_key(
 ///
 /// # Errors
 /// Store errors.
-pub fn create_workspace(store: &Store, name: &str) -> Result<(String, String), StoreError> {
+pub async fn create_workspace(store: &Store, name: &str) -> Result<(String, String), StoreError> {
     let id = format!("ws-{}", uuid::Uuid::new_v4().simple());
-    store.insert_workspace(&WorkspaceRow {
-        id: id.clone(),
-        name: name.to_string(),
-        created_at: now_ms(),
-    })?;
-    let (key, _) = create_key(store, &id, "admin", None)?;
+    store
+        .insert_workspace(&WorkspaceRow {
+            id: id.clone(),
+            name: name.to_string(),
+            created_at: now_ms(),
+        })
+        .await?;
+    let (key, _) = create_key(store, &id, "admin", None).await?;
     Ok((id, key))
 }
 
@@ -77,12 +79,12 @@ pub fn create_workspace(store: &Store, name: &str) -> Result<(String, String), S
 ///
 /// # Errors
 /// 401 for a missing, unknown, revoked or expired key.
-pub fn authenticate(store: &Store, key: &str) -> Result<Caller, ApiError> {
+pub async fn authenticate(store: &Store, key: &str) -> Result<Caller, ApiError> {
     let bad = || ApiError::Unauthorized("invalid API key".into());
     if key.len() <= PREFIX_LEN || !key.starts_with("pds_") {
         return Err(bad());
     }
-    let row = store.api_key(&key[..PREFIX_LEN])?.ok_or_else(bad)?;
+    let row = store.api_key(&key[..PREFIX_LEN]).await?.ok_or_else(bad)?;
     let expired = row.expires_at.is_some_and(|t| t <= now_ms());
     if row.revoked_at.is_some()
         || expired
@@ -104,7 +106,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 ///
 /// # Errors
 /// 401 when the header is missing, malformed, or names no valid key.
-pub fn from_headers(store: &Store, headers: &axum::http::HeaderMap) -> Result<Caller, ApiError> {
+pub async fn from_headers(
+    store: &Store,
+    headers: &axum::http::HeaderMap,
+) -> Result<Caller, ApiError> {
     let header = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -113,7 +118,7 @@ pub fn from_headers(store: &Store, headers: &axum::http::HeaderMap) -> Result<Ca
         .strip_prefix("Bearer ")
         .or_else(|| header.strip_prefix("bearer "))
         .ok_or_else(|| ApiError::Unauthorized("Authorization must be 'Bearer <API key>'".into()))?;
-    authenticate(store, key.trim())
+    authenticate(store, key.trim()).await
 }
 
 #[async_trait]
@@ -122,7 +127,7 @@ impl FromRequestParts<AppState> for Caller {
 
     /// Authenticates the request and takes it from the workspace's rate limit.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let caller = from_headers(&state.host.store, &parts.headers)?;
+        let caller = from_headers(&state.host.store, &parts.headers).await?;
         state.rate_limit.check(&caller.workspace_id)?;
         Ok(caller)
     }
@@ -132,18 +137,19 @@ impl FromRequestParts<AppState> for Caller {
 mod tests {
     use super::*;
 
-    #[test]
-    fn keys_authenticate_until_revoked() {
-        let store = Store::open_in_memory().unwrap();
-        let (ws, key) = create_workspace(&store, "default").unwrap();
-        assert_eq!(authenticate(&store, &key).unwrap().workspace_id, ws);
-        assert!(authenticate(&store, "pds_nope_nope_nope").is_err());
+    #[tokio::test]
+    async fn keys_authenticate_until_revoked() {
+        let store = Store::open_in_memory().await.unwrap();
+        let (ws, key) = create_workspace(&store, "default").await.unwrap();
+        assert_eq!(authenticate(&store, &key).await.unwrap().workspace_id, ws);
+        assert!(authenticate(&store, "pds_nope_nope_nope").await.is_err());
         let mut forged = key.clone();
         forged.push('x');
-        assert!(authenticate(&store, &forged).is_err());
+        assert!(authenticate(&store, &forged).await.is_err());
         store
             .revoke_api_key(&ws, &key[..PREFIX_LEN], now_ms())
+            .await
             .unwrap();
-        assert!(authenticate(&store, &key).is_err());
+        assert!(authenticate(&store, &key).await.is_err());
     }
 }

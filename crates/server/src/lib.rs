@@ -88,6 +88,9 @@ pub fn app(state: AppState) -> Router {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// `--store`: a PostgreSQL URL shared by the hosts of a cluster; `None`: SQLite in the data
+    /// dir (issue 12).
+    pub store: Option<String>,
     /// The guest daemon binary and kernel driver to install into sandboxes.
     pub guest_bin: PathBuf,
     pub kernel_py: PathBuf,
@@ -228,8 +231,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     std::fs::create_dir_all(&cfg.data_dir)?;
     // Before the store, recovery or the port: a second server on this data dir touches nothing.
     let _lock = datadir_lock::DataDirLock::acquire(&cfg.data_dir)?;
-    let store = Arc::new(Store::open(&cfg.data_dir.join("store.db"))?);
-    bootstrap(&store, &cfg)?;
+    let store = Arc::new(open_store(&cfg.data_dir, cfg.store.as_deref()).await?);
+    bootstrap(&store, &cfg).await?;
     let guest_dir = host::install_guest_dir(&cfg.data_dir, &cfg.guest_bin, &cfg.kernel_py)?;
     let network = network_config(&cfg)?;
     let engine: Arc<dyn Engine> = Arc::new(pandastack_gvisor::GvisorEngine::new(
@@ -247,9 +250,11 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             }),
         },
     )?);
-    let secret = store.setting_or_insert(previews::SECRET_SETTING, || {
-        hex::encode(rand::random::<[u8; 32]>())
-    })?;
+    let secret = store
+        .setting_or_insert(previews::SECRET_SETTING, || {
+            hex::encode(rand::random::<[u8; 32]>())
+        })
+        .await?;
     let previews = Arc::new(previews::Previews::new(
         cfg.network.preview_host_suffix.clone(),
         cfg.network.public_previews,
@@ -393,11 +398,11 @@ fn network_config(
     }))
 }
 
-fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {
-    if store.count_workspaces()? > 0 {
+async fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {
+    if store.count_workspaces().await? > 0 {
         return Ok(());
     }
-    let (ws, key) = auth::create_workspace(store, "default")?;
+    let (ws, key) = auth::create_workspace(store, "default").await?;
     let lines = format!(
         "export PANDASTACK_API=http://{}\nexport PANDASTACK_API_KEY={key}\n",
         cfg.listen
@@ -414,11 +419,18 @@ fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {
     Ok(())
 }
 
-/// Opens the store of a data dir (for offline admin commands).
+/// Opens the store: the PostgreSQL database at `url` when given (`--store`, issue 12), else the
+/// SQLite file `<data_dir>/store.db`.
 ///
 /// # Errors
-/// Store errors.
-pub fn open_store(data_dir: &std::path::Path) -> Result<Store, StartError> {
+/// I/O errors creating the data dir; store errors.
+pub async fn open_store(
+    data_dir: &std::path::Path,
+    url: Option<&str>,
+) -> Result<Store, StartError> {
     std::fs::create_dir_all(data_dir)?;
-    Ok(Store::open(&data_dir.join("store.db"))?)
+    Ok(match url {
+        Some(url) => Store::connect(url).await?,
+        None => Store::open(&data_dir.join("store.db")).await?,
+    })
 }

@@ -1,32 +1,39 @@
 //! Databases (issue 10).
 
-use crate::{DatabaseRow, Store, StoreError};
-use rusqlite::{params, OptionalExtension};
+use crate::{Col, DatabaseRow, Store, StoreError};
+use sqlx::any::AnyRow;
 
 const COLS: &str = "id, workspace_id, label, status, size, cpu, storage_mb, always_on, port, database,
     username, password_sealed, superuser_password_sealed, cloned_from, error, created_at, last_active_at,
     deleted_at";
 
-fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DatabaseRow> {
+fn from_row(r: &AnyRow) -> Result<DatabaseRow, sqlx::Error> {
+    let decode = |index: &str, e: std::num::TryFromIntError| sqlx::Error::ColumnDecode {
+        index: index.into(),
+        source: Box::new(e),
+    };
     Ok(DatabaseRow {
-        id: r.get(0)?,
-        workspace_id: r.get(1)?,
-        label: r.get(2)?,
-        status: r.get(3)?,
-        size: r.get(4)?,
-        cpu: r.get(5)?,
-        storage_mb: r.get(6)?,
-        always_on: r.get(7)?,
-        port: r.get(8)?,
-        database: r.get(9)?,
-        username: r.get(10)?,
-        password_sealed: r.get(11)?,
-        superuser_password_sealed: r.get(12)?,
-        cloned_from: r.get(13)?,
-        error: r.get(14)?,
-        created_at: r.get(15)?,
-        last_active_at: r.get(16)?,
-        deleted_at: r.get(17)?,
+        id: r.text(0)?,
+        workspace_id: r.text(1)?,
+        label: r.opt_text(2)?,
+        status: r.text(3)?,
+        size: r.text(4)?,
+        cpu: r.uint(5)?,
+        storage_mb: u64::try_from(r.int(6)?).map_err(|e| decode("storage_mb", e))?,
+        always_on: r.flag(7)?,
+        port: r
+            .opt_int(8)?
+            .map(|p| u16::try_from(p).map_err(|e| decode("port", e)))
+            .transpose()?,
+        database: r.text(9)?,
+        username: r.text(10)?,
+        password_sealed: r.text(11)?,
+        superuser_password_sealed: r.text(12)?,
+        cloned_from: r.opt_text(13)?,
+        error: r.opt_text(14)?,
+        created_at: r.int(15)?,
+        last_active_at: r.int(16)?,
+        deleted_at: r.opt_int(17)?,
     })
 }
 
@@ -34,92 +41,101 @@ impl Store {
     /// Inserts or replaces a database row (the whole row is written).
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn put_database(&self, d: &DatabaseRow) -> Result<(), StoreError> {
+    /// [`StoreError::Db`].
+    pub async fn put_database(&self, d: &DatabaseRow) -> Result<(), StoreError> {
+        let cols: Vec<&str> = COLS.split(',').map(str::trim).collect();
         let sql = format!(
-            "INSERT OR REPLACE INTO databases ({COLS}) VALUES
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+            "INSERT INTO databases ({COLS}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {}",
+            (1..=cols.len())
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            cols[1..]
+                .iter()
+                .map(|c| format!("{c} = excluded.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
-        self.conn().execute(
-            &sql,
-            params![
-                d.id,
-                d.workspace_id,
-                d.label,
-                d.status,
-                d.size,
-                d.cpu,
-                d.storage_mb,
-                d.always_on,
-                d.port,
-                d.database,
-                d.username,
-                d.password_sealed,
-                d.superuser_password_sealed,
-                d.cloned_from,
-                d.error,
-                d.created_at,
-                d.last_active_at,
-                d.deleted_at,
-            ],
-        )?;
+        sqlx::query(&sql)
+            .bind(&d.id)
+            .bind(&d.workspace_id)
+            .bind(&d.label)
+            .bind(&d.status)
+            .bind(&d.size)
+            .bind(i64::from(d.cpu))
+            .bind(i64::try_from(d.storage_mb).unwrap_or(i64::MAX))
+            .bind(i64::from(d.always_on))
+            .bind(d.port.map(i64::from))
+            .bind(&d.database)
+            .bind(&d.username)
+            .bind(&d.password_sealed)
+            .bind(&d.superuser_password_sealed)
+            .bind(&d.cloned_from)
+            .bind(&d.error)
+            .bind(d.created_at)
+            .bind(d.last_active_at)
+            .bind(d.deleted_at)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
     /// The database `id`, if its row exists (deleted or not).
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn database(&self, id: &str) -> Result<Option<DatabaseRow>, StoreError> {
-        let sql = format!("SELECT {COLS} FROM databases WHERE id = ?1");
-        Ok(self
-            .conn()
-            .query_row(&sql, params![id], from_row)
-            .optional()?)
+    /// [`StoreError::Db`].
+    pub async fn database(&self, id: &str) -> Result<Option<DatabaseRow>, StoreError> {
+        let sql = format!("SELECT {COLS} FROM databases WHERE id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.as_ref().map(from_row).transpose()?)
     }
 
     /// Every database row (any workspace, deleted ones too), oldest first: start-up recovery
     /// reconciles each with what is on disk.
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn all_databases(&self) -> Result<Vec<DatabaseRow>, StoreError> {
+    /// [`StoreError::Db`].
+    pub async fn all_databases(&self) -> Result<Vec<DatabaseRow>, StoreError> {
         let sql = format!("SELECT {COLS} FROM databases ORDER BY created_at, id");
-        let conn = self.conn();
-        let mut stmt = conn.prepare(&sql)?;
-        let rows = stmt.query_map([], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
+        Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
     }
 
     /// Databases of a workspace that are not being deleted, oldest first.
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn databases_of(&self, workspace_id: &str) -> Result<Vec<DatabaseRow>, StoreError> {
+    /// [`StoreError::Db`].
+    pub async fn databases_of(&self, workspace_id: &str) -> Result<Vec<DatabaseRow>, StoreError> {
         let sql = format!(
-            "SELECT {COLS} FROM databases WHERE workspace_id = ?1 AND deleted_at IS NULL
+            "SELECT {COLS} FROM databases WHERE workspace_id = $1 AND deleted_at IS NULL
              ORDER BY created_at, id"
         );
-        let conn = self.conn();
-        let mut stmt = conn.prepare(&sql)?;
-        let rows = stmt.query_map(params![workspace_id], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = sqlx::query(&sql)
+            .bind(workspace_id)
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
     }
 
     /// Removes database `id`'s row (the end of a delete). Its events stay.
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn remove_database(&self, id: &str) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM databases WHERE id = ?1", params![id])?;
+    /// [`StoreError::Db`].
+    pub async fn remove_database(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM databases WHERE id = $1")
+            .bind(id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{DatabaseRow, EventRow, Store, WorkspaceRow};
+    use crate::{DatabaseRow, EventRow, WorkspaceRow};
 
     fn row(id: &str, ws: &str, at: i64) -> DatabaseRow {
         DatabaseRow {
@@ -144,54 +160,59 @@ mod tests {
         }
     }
 
-    #[test]
-    fn databases_round_trip_and_list_per_workspace() {
-        let s = Store::open_in_memory().unwrap();
-        for ws in ["w1", "w2"] {
-            s.insert_workspace(&WorkspaceRow {
-                id: ws.into(),
-                name: ws.into(),
-                created_at: 0,
-            })
-            .unwrap();
+    #[tokio::test]
+    async fn databases_round_trip_and_list_per_workspace() {
+        for s in crate::testing::stores().await {
+            for ws in ["w1", "w2"] {
+                s.insert_workspace(&WorkspaceRow {
+                    id: ws.into(),
+                    name: ws.into(),
+                    created_at: 0,
+                })
+                .await
+                .unwrap();
+            }
+            let mut a = row("a", "w1", 1);
+            s.put_database(&a).await.unwrap();
+            s.put_database(&row("b", "w2", 2)).await.unwrap();
+            a.status = "running".into();
+            a.port = Some(15432);
+            s.put_database(&a).await.unwrap();
+            assert_eq!(s.database("a").await.unwrap(), Some(a.clone()));
+            assert_eq!(s.databases_of("w1").await.unwrap(), vec![a.clone()]);
+            a.deleted_at = Some(5);
+            s.put_database(&a).await.unwrap();
+            assert!(s.databases_of("w1").await.unwrap().is_empty());
+            assert_eq!(s.all_databases().await.unwrap().len(), 2);
+            s.remove_database("a").await.unwrap();
+            assert_eq!(s.database("a").await.unwrap(), None);
         }
-        let mut a = row("a", "w1", 1);
-        s.put_database(&a).unwrap();
-        s.put_database(&row("b", "w2", 2)).unwrap();
-        a.status = "running".into();
-        a.port = Some(15432);
-        s.put_database(&a).unwrap();
-        assert_eq!(s.database("a").unwrap(), Some(a.clone()));
-        assert_eq!(s.databases_of("w1").unwrap(), vec![a.clone()]);
-        a.deleted_at = Some(5);
-        s.put_database(&a).unwrap();
-        assert!(s.databases_of("w1").unwrap().is_empty());
-        assert_eq!(s.all_databases().unwrap().len(), 2);
-        s.remove_database("a").unwrap();
-        assert_eq!(s.database("a").unwrap(), None);
     }
 
-    #[test]
-    fn database_events_share_the_sequence() {
-        let s = Store::open_in_memory().unwrap();
-        let e1 = s
-            .insert_event("w", "sb", "creating", "running", "api", 1)
-            .unwrap();
-        let e2 = s
-            .insert_subject_event(
-                EventRow::DATABASE,
-                "w",
-                "db",
-                "provisioning",
-                "running",
-                "api",
-                2,
-            )
-            .unwrap();
-        assert!(e2.seq > e1.seq);
-        let all = s.events("w", None, 0, 10).unwrap();
-        assert_eq!(all[0].subject, EventRow::SANDBOX);
-        assert_eq!(all[1], e2);
-        assert_eq!(s.events("w", Some("db"), 0, 10).unwrap(), vec![e2]);
+    #[tokio::test]
+    async fn database_events_share_the_sequence() {
+        for s in crate::testing::stores().await {
+            let e1 = s
+                .insert_event("w", "sb", "creating", "running", "api", 1)
+                .await
+                .unwrap();
+            let e2 = s
+                .insert_subject_event(
+                    EventRow::DATABASE,
+                    "w",
+                    "db",
+                    "provisioning",
+                    "running",
+                    "api",
+                    2,
+                )
+                .await
+                .unwrap();
+            assert!(e2.seq > e1.seq);
+            let all = s.events("w", None, 0, 10).await.unwrap();
+            assert_eq!(all[0].subject, EventRow::SANDBOX);
+            assert_eq!(all[1], e2);
+            assert_eq!(s.events("w", Some("db"), 0, 10).await.unwrap(), vec![e2]);
+        }
     }
 }

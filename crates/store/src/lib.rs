@@ -1,10 +1,16 @@
 //! The control-plane store: workspaces, API keys, sandboxes, code contexts, snapshots,
-//! databases, lifecycle events, the intent records of operations in progress and template
-//! builds, in an embedded SQLite database (WAL mode) with numbered migrations.
+//! databases, lifecycle events, the intent records of operations in progress and template builds.
+//!
+//! Two backends behind one API (issue 12): an embedded SQLite file (WAL mode; the default, one
+//! host) and PostgreSQL (`--store postgres://...`, shared by every host of a cluster). Both run
+//! through `sqlx`'s `Any` driver with the same queries (`$N` placeholders, `ON CONFLICT`,
+//! `RETURNING`: the SQL both dialects accept); only the schema migrations differ per backend
+//! ([`migrations`]). Booleans and `u32`s are stored as 64-bit integers in both, so every row
+//! decodes the same way.
 //!
 //! The store is the source of truth across server restarts: on start the server re-adopts every
-//! sandbox row that is not deleted. All methods are synchronous and short (sub-millisecond on a
-//! local file); callers on async runtimes call them directly.
+//! sandbox row that is not deleted. Methods are async; on SQLite each is a sub-millisecond local
+//! call, on PostgreSQL one round trip.
 
 mod databases;
 mod migrations;
@@ -17,9 +23,10 @@ mod workspaces;
 
 pub use rows::*;
 
-use rusqlite::Connection;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Errors of the store. `NotFound` carries what was looked up.
 #[derive(Debug, thiserror::Error)]
@@ -29,47 +36,115 @@ pub enum StoreError {
     #[error("{0} already exists")]
     Conflict(String),
     #[error("database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Db(#[from] sqlx::Error),
     #[error("stored json: {0}")]
     Json(#[from] serde_json::Error),
 }
 
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
 /// Handle to the database. Cheap to share behind an `Arc`.
 pub struct Store {
-    conn: Mutex<Connection>,
+    pool: AnyPool,
+    backend: Backend,
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    /// Opens the SQLite database at `path` (created if needed) and applies pending migrations.
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`] when the file cannot be opened or a migration fails.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(path)?;
-        Self::init(conn)
+    /// [`StoreError::Db`] when the file cannot be opened or a migration fails.
+    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        Self::connect(&url).await
     }
 
-    /// An in-memory database, for tests.
+    /// Opens the store at `url`: `sqlite://PATH?mode=rwc`, `sqlite::memory:`, or
+    /// `postgres://USER[:PASSWORD]@HOST:PORT/DB`; applies pending migrations (on PostgreSQL
+    /// under an advisory lock, so several servers starting at once migrate once).
     ///
     /// # Errors
-    /// As [`Store::open`].
-    pub fn open_in_memory() -> Result<Self, StoreError> {
-        Self::init(Connection::open_in_memory()?)
+    /// [`StoreError::Db`] when the database cannot be reached or a migration fails.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else {
+            Backend::Sqlite
+        };
+        let memory = url.contains(":memory:");
+        let mut opts = AnyPoolOptions::new()
+            .acquire_timeout(Duration::from_secs(10))
+            .max_connections(match (backend, memory) {
+                // One connection holds an in-memory database; a second would see another.
+                (_, true) => 1,
+                (Backend::Sqlite, false) => 4,
+                (Backend::Postgres, false) => 16,
+            });
+        if backend == Backend::Sqlite {
+            opts = opts.after_connect(|conn, _| {
+                Box::pin(async move {
+                    for pragma in [
+                        "PRAGMA journal_mode = WAL",
+                        "PRAGMA synchronous = NORMAL",
+                        "PRAGMA foreign_keys = ON",
+                        "PRAGMA busy_timeout = 5000",
+                    ] {
+                        sqlx::query(pragma).execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            });
+        }
+        if memory {
+            opts = opts
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        }
+        let pool = opts.connect(url).await?;
+        let store = Store { pool, backend };
+        migrations::apply(&store).await?;
+        Ok(store)
     }
 
-    fn init(mut conn: Connection) -> Result<Self, StoreError> {
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        migrations::apply(&mut conn)?;
-        Ok(Store {
-            conn: Mutex::new(conn),
-        })
+    /// An in-memory SQLite database, for tests.
+    ///
+    /// # Errors
+    /// As [`Store::connect`].
+    pub async fn open_in_memory() -> Result<Self, StoreError> {
+        Self::connect("sqlite::memory:").await
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    /// The backend this store runs on.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The connection pool (for the backend-specific parts: migrations, PostgreSQL's
+    /// LISTEN/NOTIFY).
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// The database's clock, Unix ms: the one clock every host of a cluster agrees on (leases
+    /// are timed by it, issue 12).
+    ///
+    /// # Errors
+    /// [`StoreError::Db`].
+    pub async fn db_now_ms(&self) -> Result<i64, StoreError> {
+        let sql = match self.backend {
+            Backend::Postgres => {
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+            }
+            Backend::Sqlite => "SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+        };
+        Ok(sqlx::query(sql).fetch_one(&self.pool).await?.try_get(0)?)
     }
 }
 
@@ -79,4 +154,104 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// Column readers shared by the row decoders (every integer is stored as 64 bits).
+pub(crate) trait Col {
+    fn text(&self, i: usize) -> Result<String, sqlx::Error>;
+    fn opt_text(&self, i: usize) -> Result<Option<String>, sqlx::Error>;
+    fn int(&self, i: usize) -> Result<i64, sqlx::Error>;
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, sqlx::Error>;
+    fn uint(&self, i: usize) -> Result<u32, sqlx::Error>;
+    fn opt_uint(&self, i: usize) -> Result<Option<u32>, sqlx::Error>;
+    fn flag(&self, i: usize) -> Result<bool, sqlx::Error>;
+    fn json<T: serde::de::DeserializeOwned>(&self, i: usize) -> Result<T, sqlx::Error>;
+}
+
+impl Col for AnyRow {
+    fn text(&self, i: usize) -> Result<String, sqlx::Error> {
+        self.try_get(i)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, sqlx::Error> {
+        self.try_get(i)
+    }
+    fn int(&self, i: usize) -> Result<i64, sqlx::Error> {
+        self.try_get(i)
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, sqlx::Error> {
+        self.try_get(i)
+    }
+    fn uint(&self, i: usize) -> Result<u32, sqlx::Error> {
+        let v: i64 = self.try_get(i)?;
+        u32::try_from(v).map_err(|e| sqlx::Error::ColumnDecode {
+            index: i.to_string(),
+            source: Box::new(e),
+        })
+    }
+    fn opt_uint(&self, i: usize) -> Result<Option<u32>, sqlx::Error> {
+        let v: Option<i64> = self.try_get(i)?;
+        v.map(|v| {
+            u32::try_from(v).map_err(|e| sqlx::Error::ColumnDecode {
+                index: i.to_string(),
+                source: Box::new(e),
+            })
+        })
+        .transpose()
+    }
+    fn flag(&self, i: usize) -> Result<bool, sqlx::Error> {
+        Ok(self.try_get::<i64, _>(i)? != 0)
+    }
+    fn json<T: serde::de::DeserializeOwned>(&self, i: usize) -> Result<T, sqlx::Error> {
+        let text: String = self.try_get(i)?;
+        serde_json::from_str(&text).map_err(|e| sqlx::Error::ColumnDecode {
+            index: i.to_string(),
+            source: Box::new(e),
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Store tests run on SQLite in memory, and also on PostgreSQL when
+    //! `PANDASTACK_TEST_POSTGRES_URL` names a database the test may wipe (scripts/test.sh starts
+    //! a throwaway cluster and sets it; it is then required: `PANDASTACK_REQUIRE_POSTGRES=1`).
+
+    use super::Store;
+
+    /// The stores to run a test against: SQLite, plus PostgreSQL when configured.
+    pub async fn stores() -> Vec<Store> {
+        let mut out = vec![Store::open_in_memory().await.expect("sqlite in memory")];
+        match std::env::var("PANDASTACK_TEST_POSTGRES_URL") {
+            Ok(url) if !url.is_empty() => out.push(fresh_postgres(&url).await),
+            _ if std::env::var("PANDASTACK_REQUIRE_POSTGRES").as_deref() == Ok("1") => {
+                panic!("PANDASTACK_TEST_POSTGRES_URL is not set")
+            }
+            _ => println!("SKIPPED: PostgreSQL half (PANDASTACK_TEST_POSTGRES_URL not set)"),
+        }
+        out
+    }
+
+    /// A new, empty database on the test cluster, migrated.
+    async fn fresh_postgres(url: &str) -> Store {
+        sqlx::any::install_default_drivers();
+        let name = format!("store_test_{}", uuid_hex());
+        let admin = sqlx::AnyPool::connect(url).await.expect("test postgres");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .expect("create test database");
+        let base = url.rsplit_once('/').map_or(url, |(b, _)| b);
+        Store::connect(&format!("{base}/{name}"))
+            .await
+            .expect("migrated test database")
+    }
+
+    fn uuid_hex() -> String {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let n = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        format!("{:x}{:x}", n, std::process::id())
+    }
 }

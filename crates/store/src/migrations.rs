@@ -1,9 +1,13 @@
-//! Numbered schema migrations. `PRAGMA user_version` records how many have run; a new one is
-//! appended, never edited.
+//! Numbered schema migrations, one list per backend: a new migration is appended to both
+//! (same tables and columns; each in its dialect), never edited. SQLite records how many have
+//! run in `PRAGMA user_version`; PostgreSQL in the table `pandastack_schema`, under an advisory
+//! lock so that servers starting at once against one database migrate it once (issue 12).
 
-use rusqlite::Connection;
+use crate::{Backend, Store, StoreError};
+use sqlx::{Acquire, Row};
 
-const MIGRATIONS: &[&str] = &[
+/// SQLite schema history (`PRAGMA user_version` = how many have run).
+const SQLITE: &[&str] = &[
     // 1: the initial schema.
     r#"
     CREATE TABLE workspaces (
@@ -157,31 +161,232 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
-/// Runs every migration past the database's `user_version`, each in its own transaction.
+/// PostgreSQL schema history (table `pandastack_schema` = how many have run). The same tables
+/// and columns as [`SQLITE`]; integers (and booleans, 0/1) are `BIGINT`.
+const POSTGRES: &[&str] = &[
+    // 1: everything of SQLite migrations 1-6 (workspaces, keys, sandboxes with their network and
+    // disk, code contexts, snapshots, events with their subject, settings, operations, template
+    // builds, databases).
+    r#"
+    CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+    );
+    CREATE TABLE api_keys (
+        prefix TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        label TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT,
+        revoked_at BIGINT
+    );
+    CREATE TABLE sandboxes (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        template TEXT NOT NULL,
+        template_generation BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        cpu BIGINT NOT NULL,
+        memory_mb BIGINT NOT NULL,
+        metadata TEXT NOT NULL,
+        envs TEXT NOT NULL,
+        ttl_seconds BIGINT NOT NULL,
+        persistent BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        last_active_at BIGINT NOT NULL,
+        instance_id TEXT,
+        instance_dir TEXT,
+        rootfs TEXT NOT NULL,
+        guest_dir TEXT NOT NULL,
+        boot_ms BIGINT,
+        boot_mode TEXT NOT NULL,
+        from_snapshot TEXT,
+        hibernate_image TEXT,
+        deleted_at BIGINT,
+        network TEXT,
+        guest_ip TEXT,
+        disk_mb BIGINT
+    );
+    CREATE INDEX sandboxes_workspace ON sandboxes(workspace_id, deleted_at);
+    CREATE TABLE code_contexts (
+        id TEXT PRIMARY KEY,
+        sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+        kernel_id TEXT NOT NULL,
+        language TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        closed_at BIGINT
+    );
+    CREATE INDEX code_contexts_sandbox ON code_contexts(sandbox_id);
+    CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        sandbox_id TEXT NOT NULL,
+        template TEXT NOT NULL,
+        template_generation BIGINT NOT NULL,
+        cpu BIGINT NOT NULL,
+        memory_mb BIGINT NOT NULL,
+        rootfs TEXT NOT NULL,
+        guest_dir TEXT NOT NULL,
+        image_dir TEXT NOT NULL,
+        size_bytes BIGINT NOT NULL,
+        kernels TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        disk_mb BIGINT
+    );
+    CREATE TABLE events (
+        seq BIGSERIAL PRIMARY KEY,
+        workspace_id TEXT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        from_state TEXT NOT NULL,
+        to_state TEXT NOT NULL,
+        cause TEXT NOT NULL,
+        at BIGINT NOT NULL,
+        subject TEXT NOT NULL DEFAULT 'sandbox'
+    );
+    CREATE INDEX events_sandbox ON events(sandbox_id);
+    CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE operations (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        image_dir TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        started_at BIGINT NOT NULL
+    );
+    CREATE TABLE template_builds (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT,
+        cpu BIGINT NOT NULL,
+        memory_mb BIGINT NOT NULL,
+        size_mb BIGINT NOT NULL,
+        bytes BIGINT,
+        build_id TEXT,
+        generation BIGINT,
+        cache_hit BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        started_at BIGINT,
+        ended_at BIGINT
+    );
+    CREATE INDEX template_builds_workspace ON template_builds(workspace_id, created_at);
+    CREATE TABLE databases (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        label TEXT,
+        status TEXT NOT NULL,
+        size TEXT NOT NULL,
+        cpu BIGINT NOT NULL,
+        storage_mb BIGINT NOT NULL,
+        always_on BIGINT NOT NULL,
+        port BIGINT,
+        database TEXT NOT NULL,
+        username TEXT NOT NULL,
+        password_sealed TEXT NOT NULL,
+        superuser_password_sealed TEXT NOT NULL,
+        cloned_from TEXT,
+        error TEXT,
+        created_at BIGINT NOT NULL,
+        last_active_at BIGINT NOT NULL,
+        deleted_at BIGINT
+    );
+    CREATE INDEX databases_workspace ON databases(workspace_id, deleted_at);
+    "#,
+];
+
+/// Key of the PostgreSQL advisory lock held while migrating ("pandasta" in ASCII).
+const MIGRATION_LOCK: i64 = 0x70616e6461737461;
+
+/// Runs every migration the database has not had yet, each in its own transaction.
 ///
 /// # Errors
-/// The first SQL error; the failing migration is rolled back.
-pub fn apply(conn: &mut Connection) -> rusqlite::Result<()> {
-    let done: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(done as usize) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
+/// The first database error; the failing migration is rolled back.
+pub async fn apply(store: &Store) -> Result<(), StoreError> {
+    let mut conn = store.pool().acquire().await?;
+    match store.backend() {
+        Backend::Sqlite => {
+            let done: i64 = sqlx::query("PRAGMA user_version")
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get(0)?;
+            for (i, sql) in SQLITE.iter().enumerate().skip(done as usize) {
+                let mut tx = conn.begin().await?;
+                sqlx::raw_sql(sql).execute(&mut *tx).await?;
+                sqlx::raw_sql(&format!("PRAGMA user_version = {}", i + 1))
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+            }
+        }
+        Backend::Postgres => {
+            sqlx::query("SELECT pg_advisory_lock($1)")
+                .bind(MIGRATION_LOCK)
+                .execute(&mut *conn)
+                .await?;
+            let result = async {
+                sqlx::raw_sql(
+                    "CREATE TABLE IF NOT EXISTS pandastack_schema (version BIGINT NOT NULL)",
+                )
+                .execute(&mut *conn)
+                .await?;
+                let done: Option<i64> = sqlx::query("SELECT MAX(version) FROM pandastack_schema")
+                    .fetch_one(&mut *conn)
+                    .await?
+                    .try_get(0)?;
+                for (i, sql) in POSTGRES.iter().enumerate().skip(done.unwrap_or(0) as usize) {
+                    let mut tx = conn.begin().await?;
+                    sqlx::raw_sql(sql).execute(&mut *tx).await?;
+                    sqlx::query("INSERT INTO pandastack_schema (version) VALUES ($1)")
+                        .bind((i + 1) as i64)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                }
+                Ok::<_, StoreError>(())
+            }
+            .await;
+            sqlx::query("SELECT pg_advisory_unlock($1)")
+                .bind(MIGRATION_LOCK)
+                .execute(&mut *conn)
+                .await?;
+            result?;
+        }
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn migrations_are_idempotent() {
-        let mut c = rusqlite::Connection::open_in_memory().unwrap();
-        super::apply(&mut c).unwrap();
-        super::apply(&mut c).unwrap();
-        let v: i64 = c
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(v as usize, super::MIGRATIONS.len());
+    use crate::testing::stores;
+
+    #[tokio::test]
+    async fn migrations_are_idempotent() {
+        for s in stores().await {
+            super::apply(&s).await.unwrap();
+            super::apply(&s).await.unwrap();
+            // Every table exists on both backends.
+            for t in [
+                "workspaces",
+                "api_keys",
+                "sandboxes",
+                "code_contexts",
+                "snapshots",
+                "events",
+                "settings",
+                "operations",
+            ] {
+                sqlx::query(&format!("SELECT COUNT(*) FROM {t}"))
+                    .fetch_one(s.pool())
+                    .await
+                    .unwrap_or_else(|e| panic!("{t} on {:?}: {e}", s.backend()));
+            }
+        }
     }
 }

@@ -1,30 +1,30 @@
 //! Template builds: one row per `POST /v1/templates/build`, updated as the build runs.
 
-use crate::{Store, StoreError, TemplateBuildRow};
-use rusqlite::{params, OptionalExtension};
+use crate::{Col, Store, StoreError, TemplateBuildRow};
+use sqlx::any::AnyRow;
 
 const COLS: &str =
     "id, workspace_id, name, kind, status, error, cpu, memory_mb, size_mb, bytes, build_id,
     generation, cache_hit, created_at, started_at, ended_at";
 
-fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateBuildRow> {
+fn from_row(r: &AnyRow) -> Result<TemplateBuildRow, sqlx::Error> {
     Ok(TemplateBuildRow {
-        id: r.get(0)?,
-        workspace_id: r.get(1)?,
-        name: r.get(2)?,
-        kind: r.get(3)?,
-        status: r.get(4)?,
-        error: r.get(5)?,
-        cpu: r.get(6)?,
-        memory_mb: r.get(7)?,
-        size_mb: r.get(8)?,
-        bytes: r.get(9)?,
-        build_id: r.get(10)?,
-        generation: r.get(11)?,
-        cache_hit: r.get(12)?,
-        created_at: r.get(13)?,
-        started_at: r.get(14)?,
-        ended_at: r.get(15)?,
+        id: r.text(0)?,
+        workspace_id: r.text(1)?,
+        name: r.text(2)?,
+        kind: r.text(3)?,
+        status: r.text(4)?,
+        error: r.opt_text(5)?,
+        cpu: r.uint(6)?,
+        memory_mb: r.uint(7)?,
+        size_mb: r.uint(8)?,
+        bytes: r.opt_int(9)?,
+        build_id: r.opt_text(10)?,
+        generation: r.opt_int(11)?,
+        cache_hit: r.flag(12)?,
+        created_at: r.int(13)?,
+        started_at: r.opt_int(14)?,
+        ended_at: r.opt_int(15)?,
     })
 }
 
@@ -32,105 +32,121 @@ impl Store {
     /// Inserts or replaces a build row (the whole row is written).
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`] (e.g. an unknown workspace).
-    pub fn put_template_build(&self, b: &TemplateBuildRow) -> Result<(), StoreError> {
+    /// [`StoreError::Db`] (e.g. an unknown workspace).
+    pub async fn put_template_build(&self, b: &TemplateBuildRow) -> Result<(), StoreError> {
+        let cols: Vec<&str> = COLS.split(',').map(str::trim).collect();
         let sql = format!(
-            "INSERT OR REPLACE INTO template_builds ({COLS}) VALUES
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+            "INSERT INTO template_builds ({COLS}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {}",
+            (1..=cols.len())
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            cols[1..]
+                .iter()
+                .map(|c| format!("{c} = excluded.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
-        self.conn().execute(
-            &sql,
-            params![
-                b.id,
-                b.workspace_id,
-                b.name,
-                b.kind,
-                b.status,
-                b.error,
-                b.cpu,
-                b.memory_mb,
-                b.size_mb,
-                b.bytes,
-                b.build_id,
-                b.generation,
-                b.cache_hit,
-                b.created_at,
-                b.started_at,
-                b.ended_at
-            ],
-        )?;
+        sqlx::query(&sql)
+            .bind(&b.id)
+            .bind(&b.workspace_id)
+            .bind(&b.name)
+            .bind(&b.kind)
+            .bind(&b.status)
+            .bind(&b.error)
+            .bind(i64::from(b.cpu))
+            .bind(i64::from(b.memory_mb))
+            .bind(i64::from(b.size_mb))
+            .bind(b.bytes)
+            .bind(&b.build_id)
+            .bind(b.generation)
+            .bind(i64::from(b.cache_hit))
+            .bind(b.created_at)
+            .bind(b.started_at)
+            .bind(b.ended_at)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
     /// Build `id` of workspace `workspace_id`.
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn template_build(
+    /// [`StoreError::Db`].
+    pub async fn template_build(
         &self,
         workspace_id: &str,
         id: &str,
     ) -> Result<Option<TemplateBuildRow>, StoreError> {
-        let sql = format!("SELECT {COLS} FROM template_builds WHERE workspace_id = ?1 AND id = ?2");
-        Ok(self
-            .conn()
-            .query_row(&sql, params![workspace_id, id], from_row)
-            .optional()?)
+        let sql = format!("SELECT {COLS} FROM template_builds WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(&sql)
+            .bind(workspace_id)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.as_ref().map(from_row).transpose()?)
     }
 
     /// The workspace's builds, newest first, at most `limit`.
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn template_builds(
+    /// [`StoreError::Db`].
+    pub async fn template_builds(
         &self,
         workspace_id: &str,
         limit: usize,
     ) -> Result<Vec<TemplateBuildRow>, StoreError> {
         let sql = format!(
-            "SELECT {COLS} FROM template_builds WHERE workspace_id = ?1
-             ORDER BY created_at DESC, id DESC LIMIT ?2"
+            "SELECT {COLS} FROM template_builds WHERE workspace_id = $1
+             ORDER BY created_at DESC, id DESC LIMIT $2"
         );
-        let conn = self.conn();
-        let mut stmt = conn.prepare(&sql)?;
-        let rows = stmt.query_map(params![workspace_id, limit as i64], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = sqlx::query(&sql)
+            .bind(workspace_id)
+            .bind(limit as i64)
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
     }
 
     /// Builds of every workspace still `queued` or `running` (start-up recovery fails them).
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn unfinished_template_builds(&self) -> Result<Vec<TemplateBuildRow>, StoreError> {
+    /// [`StoreError::Db`].
+    pub async fn unfinished_template_builds(&self) -> Result<Vec<TemplateBuildRow>, StoreError> {
         let sql = format!(
             "SELECT {COLS} FROM template_builds WHERE status IN ('queued', 'running') ORDER BY created_at"
         );
-        let conn = self.conn();
-        let mut stmt = conn.prepare(&sql)?;
-        let rows = stmt.query_map([], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
+        Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
     }
 
     /// Deletes the finished builds of `workspace_id` beyond the newest `keep`; returns their
     /// ids (the caller removes their logs).
     ///
     /// # Errors
-    /// [`StoreError::Sqlite`].
-    pub fn prune_template_builds(
+    /// [`StoreError::Db`].
+    pub async fn prune_template_builds(
         &self,
         workspace_id: &str,
         keep: usize,
     ) -> Result<Vec<String>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT id FROM template_builds WHERE workspace_id = ?1 AND status IN ('done', 'failed')
-             ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?2",
-        )?;
-        let ids: Vec<String> = stmt
-            .query_map(params![workspace_id, keep as i64], |r| r.get(0))?
+        let rows = sqlx::query(
+            "SELECT id FROM template_builds WHERE workspace_id = $1 AND status IN ('done', 'failed')
+             ORDER BY created_at DESC, id DESC",
+        )
+        .bind(workspace_id)
+        .fetch_all(self.pool())
+        .await?;
+        let ids: Vec<String> = rows
+            .iter()
+            .skip(keep)
+            .map(|r| r.text(0))
             .collect::<Result<_, _>>()?;
         for id in &ids {
-            conn.execute("DELETE FROM template_builds WHERE id = ?1", params![id])?;
+            sqlx::query("DELETE FROM template_builds WHERE id = $1")
+                .bind(id)
+                .execute(self.pool())
+                .await?;
         }
         Ok(ids)
     }
@@ -138,7 +154,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Store, TemplateBuildRow, WorkspaceRow};
+    use crate::{TemplateBuildRow, WorkspaceRow};
 
     fn build(id: &str, ws: &str, created_at: i64, status: &str) -> TemplateBuildRow {
         TemplateBuildRow {
@@ -161,47 +177,57 @@ mod tests {
         }
     }
 
-    #[test]
-    fn builds_are_scoped_listed_newest_first_and_pruned() {
-        let s = Store::open_in_memory().unwrap();
-        for ws in ["a", "b"] {
-            s.insert_workspace(&WorkspaceRow {
-                id: ws.into(),
-                name: ws.into(),
-                created_at: 0,
-            })
-            .unwrap();
+    #[tokio::test]
+    async fn builds_are_scoped_listed_newest_first_and_pruned() {
+        for s in crate::testing::stores().await {
+            for ws in ["a", "b"] {
+                s.insert_workspace(&WorkspaceRow {
+                    id: ws.into(),
+                    name: ws.into(),
+                    created_at: 0,
+                })
+                .await
+                .unwrap();
+            }
+            s.put_template_build(&build("b1", "a", 1, "done"))
+                .await
+                .unwrap();
+            s.put_template_build(&build("b2", "a", 2, "failed"))
+                .await
+                .unwrap();
+            s.put_template_build(&build("b3", "a", 3, "running"))
+                .await
+                .unwrap();
+            s.put_template_build(&build("x1", "b", 1, "queued"))
+                .await
+                .unwrap();
+            assert_eq!(s.template_build("b", "b1").await.unwrap(), None);
+            let mut done = build("b3", "a", 3, "done");
+            done.bytes = Some(7);
+            s.put_template_build(&done).await.unwrap();
+            assert_eq!(s.template_build("a", "b3").await.unwrap(), Some(done));
+            let ids: Vec<_> = s
+                .template_builds("a", 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|b| b.id)
+                .collect();
+            assert_eq!(ids, ["b3", "b2", "b1"]);
+            let unfinished: Vec<_> = s
+                .unfinished_template_builds()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|b| b.id)
+                .collect();
+            assert_eq!(unfinished, ["x1"]);
+            assert_eq!(s.prune_template_builds("a", 1).await.unwrap(), ["b2", "b1"]);
+            assert_eq!(s.template_builds("a", 10).await.unwrap().len(), 1);
+            assert!(s
+                .put_template_build(&build("z", "nope", 1, "queued"))
+                .await
+                .is_err());
         }
-        s.put_template_build(&build("b1", "a", 1, "done")).unwrap();
-        s.put_template_build(&build("b2", "a", 2, "failed"))
-            .unwrap();
-        s.put_template_build(&build("b3", "a", 3, "running"))
-            .unwrap();
-        s.put_template_build(&build("x1", "b", 1, "queued"))
-            .unwrap();
-        assert_eq!(s.template_build("b", "b1").unwrap(), None);
-        let mut done = build("b3", "a", 3, "done");
-        done.bytes = Some(7);
-        s.put_template_build(&done).unwrap();
-        assert_eq!(s.template_build("a", "b3").unwrap(), Some(done));
-        let ids: Vec<_> = s
-            .template_builds("a", 10)
-            .unwrap()
-            .into_iter()
-            .map(|b| b.id)
-            .collect();
-        assert_eq!(ids, ["b3", "b2", "b1"]);
-        let unfinished: Vec<_> = s
-            .unfinished_template_builds()
-            .unwrap()
-            .into_iter()
-            .map(|b| b.id)
-            .collect();
-        assert_eq!(unfinished, ["x1"]);
-        assert_eq!(s.prune_template_builds("a", 1).unwrap(), ["b2", "b1"]);
-        assert_eq!(s.template_builds("a", 10).unwrap().len(), 1);
-        assert!(s
-            .put_template_build(&build("z", "nope", 1, "queued"))
-            .is_err());
     }
 }

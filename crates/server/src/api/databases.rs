@@ -198,7 +198,8 @@ async fn events(
         .databases
         .host
         .store
-        .events(&caller.workspace_id, Some(&db.id), 0, 10_000)?;
+        .events(&caller.workspace_id, Some(&db.id), 0, 10_000)
+        .await?;
     Ok(Json(
         rows.iter()
             .filter(|e| e.subject == EventRow::DATABASE)

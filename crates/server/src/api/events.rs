@@ -73,10 +73,12 @@ async fn stream(
     // Subscribe before reading the backlog so nothing falls between the two.
     let mut rx = st.host.events.subscribe();
     let backlog = match since {
-        Some(after) => st
-            .host
-            .store
-            .events(&caller.workspace_id, None, after, 10_000)?,
+        Some(after) => {
+            st.host
+                .store
+                .events(&caller.workspace_id, None, after, 10_000)
+                .await?
+        }
         None => Vec::new(),
     };
     let ws = caller.workspace_id.clone();
@@ -97,7 +99,7 @@ async fn stream(
                 }
                 Err(RecvError::Lagged(_)) => {
                     // Fell behind the broadcast buffer: catch up from the store.
-                    if let Ok(missed) = store.events(&ws, None, last, 10_000) {
+                    if let Ok(missed) = store.events(&ws, None, last, 10_000).await {
                         for e in missed {
                             last = e.seq;
                             yield Ok(sse_event(&e));
@@ -117,7 +119,7 @@ async fn history(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<pandastack_api::Event>>, ApiError> {
     let id = sandbox_id(&id)?;
-    let row = st.host.store.sandbox(&id)?;
+    let row = st.host.store.sandbox(&id).await?;
     if row
         .as_ref()
         .map(|r| r.workspace_id != caller.workspace_id)
@@ -128,7 +130,8 @@ async fn history(
     let events = st
         .host
         .store
-        .events(&caller.workspace_id, Some(&id), 0, 10_000)?;
+        .events(&caller.workspace_id, Some(&id), 0, 10_000)
+        .await?;
     Ok(Json(
         events
             .iter()

@@ -66,7 +66,7 @@ async fn authorize(State(st): State<AppState>, mut req: Request, next: Next) -> 
         return ApiError::Unauthorized("missing Authorization: Bearer <API key>".into())
             .into_response();
     };
-    match authenticate(&st.host.store, &key) {
+    match authenticate(&st.host.store, &key).await {
         Ok(caller) => {
             req.extensions_mut().insert(HttpCaller {
                 workspace_id: caller.workspace_id,

@@ -53,7 +53,7 @@ pub async fn prometheus_text(
     headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
     if !st.host.cfg.public_metrics {
-        crate::auth::from_headers(&st.host.store, &headers)?;
+        crate::auth::from_headers(&st.host.store, &headers).await?;
     }
     let m = metrics();
     let mut counts = std::collections::HashMap::new();

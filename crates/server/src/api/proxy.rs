@@ -133,7 +133,7 @@ async fn authorize(
     cookie_path: &str,
 ) -> Result<Arc<Live>, ApiError> {
     if let Some(key) = our_key(headers) {
-        let Caller { workspace_id, .. } = auth::authenticate(&st.host.store, key)?;
+        let Caller { workspace_id, .. } = auth::authenticate(&st.host.store, key).await?;
         return st.host.get(&workspace_id, id);
     }
     let now = previews::now_secs();

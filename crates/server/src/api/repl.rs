@@ -51,7 +51,8 @@ async fn create(
     let held: Vec<String> = st
         .host
         .store
-        .open_contexts(&live.id)?
+        .open_contexts(&live.id)
+        .await?
         .into_iter()
         .map(|c| c.kernel_id)
         .collect();
@@ -111,7 +112,7 @@ async fn create(
         created_at: now_ms(),
         closed_at: None,
     };
-    st.host.store.insert_context(&ctx)?;
+    st.host.store.insert_context(&ctx).await?;
     Ok((
         StatusCode::CREATED,
         Json(CodeContext {
@@ -158,7 +159,8 @@ async fn run(
     let context = st
         .host
         .store
-        .open_contexts(&live.id)?
+        .open_contexts(&live.id)
+        .await?
         .into_iter()
         .find(|c| c.id == ctx)
         .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
@@ -217,11 +219,15 @@ async fn close(
     let context = st
         .host
         .store
-        .open_contexts(&live.id)?
+        .open_contexts(&live.id)
+        .await?
         .into_iter()
         .find(|c| c.id == ctx)
         .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
-    st.host.store.close_context(&live.id, &ctx, now_ms())?;
+    st.host
+        .store
+        .close_context(&live.id, &ctx, now_ms())
+        .await?;
     if let Ok(ready) = st.host.ready(&live).await {
         let _ = ready
             .conn
@@ -240,7 +246,7 @@ async fn list(
     Path(id): Path<String>,
 ) -> Result<Json<ReplSessions>, ApiError> {
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
-    let contexts = st.host.store.open_contexts(&live.id)?;
+    let contexts = st.host.store.open_contexts(&live.id).await?;
     let ready = st.host.ready(&live).await?;
     let kernels = match ready
         .conn

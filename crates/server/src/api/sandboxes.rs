@@ -223,7 +223,11 @@ async fn create(
 }
 
 async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<Sandbox>>, ApiError> {
-    let rows = st.host.store.live_sandboxes(Some(&caller.workspace_id))?;
+    let rows = st
+        .host
+        .store
+        .live_sandboxes(Some(&caller.workspace_id))
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         // The in-memory row is fresher (last activity, boot figures) than the stored one.
@@ -302,7 +306,7 @@ async fn patch_lifecycle(
             r.persistent = pers;
         }
         r.last_active_at = now_ms();
-        st.host.store.put_sandbox(&r)?;
+        st.host.store.put_sandbox(&r).await?;
     }
     Ok(Json(lifecycle_of(&live).await))
 }

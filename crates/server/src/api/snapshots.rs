@@ -76,7 +76,8 @@ async fn list(
     let rows = st
         .host
         .store
-        .list_snapshots(&caller.workspace_id, q.sandbox_id.as_deref())?;
+        .list_snapshots(&caller.workspace_id, q.sandbox_id.as_deref())
+        .await?;
     Ok(Json(list_of(&rows)))
 }
 
@@ -91,7 +92,8 @@ async fn list_for_sandbox(
     let owned = st
         .host
         .store
-        .sandbox(&id)?
+        .sandbox(&id)
+        .await?
         .is_some_and(|r| r.workspace_id == caller.workspace_id);
     if !owned {
         return Err(ApiError::NotFound(format!("sandbox {id} not found")));
@@ -99,7 +101,8 @@ async fn list_for_sandbox(
     let rows = st
         .host
         .store
-        .list_snapshots(&caller.workspace_id, Some(&id))?;
+        .list_snapshots(&caller.workspace_id, Some(&id))
+        .await?;
     Ok(Json(list_of(&rows)))
 }
 
@@ -111,7 +114,8 @@ async fn get_one(
     let row = st
         .host
         .store
-        .snapshot(&caller.workspace_id, &snap)?
+        .snapshot(&caller.workspace_id, &snap)
+        .await?
         .ok_or_else(|| ApiError::NotFound(format!("snapshot {snap} not found")))?;
     Ok(Json(wire(&row)))
 }
@@ -121,6 +125,6 @@ async fn delete(
     caller: Caller,
     Path(snap): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    st.host.delete_snapshot(&caller.workspace_id, &snap)?;
+    st.host.delete_snapshot(&caller.workspace_id, &snap).await?;
     Ok(StatusCode::NO_CONTENT)
 }

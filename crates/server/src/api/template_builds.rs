@@ -91,8 +91,10 @@ async fn build(
         let form = build_form::read(req, &dir.join("input"), limits).await?;
         let disk = super::sandboxes::disk_bounds(&st.host.cfg);
         let sub = submission(&caller, id, form, cfg.max_context_bytes, disk)?;
-        st.host.check_build_quota(&sub.workspace_id, &sub.name)?;
-        st.host.submit_build(sub)
+        st.host
+            .check_build_quota(&sub.workspace_id, &sub.name)
+            .await?;
+        st.host.submit_build(sub).await
     }
     .await;
     match accepted {
@@ -245,13 +247,17 @@ async fn list(
     let rows = st
         .host
         .store
-        .template_builds(&caller.workspace_id, LIST_LIMIT)?;
+        .template_builds(&caller.workspace_id, LIST_LIMIT)
+        .await?;
     Ok(Json(rows.iter().map(wire).collect()))
 }
 
-fn find(st: &AppState, caller: &Caller, id: &str) -> Result<TemplateBuildRow, ApiError> {
+async fn find(st: &AppState, caller: &Caller, id: &str) -> Result<TemplateBuildRow, ApiError> {
     let found = if is_build_id(id) {
-        st.host.store.template_build(&caller.workspace_id, id)?
+        st.host
+            .store
+            .template_build(&caller.workspace_id, id)
+            .await?
     } else {
         None
     };
@@ -269,7 +275,7 @@ async fn get_one(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<TemplateBuild>, ApiError> {
-    Ok(Json(wire(&find(&st, &caller, &id)?)))
+    Ok(Json(wire(&find(&st, &caller, &id).await?)))
 }
 
 /// `?follow=` as both SDKs send it (`1`, or `true`/`false`).
@@ -284,7 +290,7 @@ async fn logs(
     Path(id): Path<String>,
     Query(q): Query<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    let row = find(&st, &caller, &id)?;
+    let row = find(&st, &caller, &id).await?;
     let follow = match q.follow.as_deref() {
         None | Some("0") | Some("false") => false,
         Some("1") | Some("true") => true,
@@ -330,7 +336,7 @@ async fn logs(
         }
         let status = host
             .store
-            .template_build(&ws, &row.id)
+            .template_build(&ws, &row.id).await
             .ok()
             .flatten()
             .map_or(row.status.clone(), |b| b.status);

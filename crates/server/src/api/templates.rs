@@ -81,7 +81,8 @@ async fn delete(
     let building = st
         .host
         .store
-        .unfinished_template_builds()?
+        .unfinished_template_builds()
+        .await?
         .into_iter()
         .any(|b| b.workspace_id == caller.workspace_id && b.name == name);
     if building {

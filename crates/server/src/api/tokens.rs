@@ -42,7 +42,8 @@ async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<Tok
     Ok(Json(
         st.host
             .store
-            .list_api_keys(&caller.workspace_id)?
+            .list_api_keys(&caller.workspace_id)
+            .await?
             .iter()
             .map(|k| wire(k, None))
             .collect(),
@@ -69,7 +70,8 @@ async fn create(
             )))
         }
     };
-    let (secret, row) = create_key(&st.host.store, &caller.workspace_id, &label, expires_at)?;
+    let (secret, row) =
+        create_key(&st.host.store, &caller.workspace_id, &label, expires_at).await?;
     Ok((StatusCode::CREATED, Json(wire(&row, Some(secret)))))
 }
 
@@ -80,6 +82,7 @@ async fn revoke(
 ) -> Result<StatusCode, ApiError> {
     st.host
         .store
-        .revoke_api_key(&caller.workspace_id, &prefix, now_ms())?;
+        .revoke_api_key(&caller.workspace_id, &prefix, now_ms())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

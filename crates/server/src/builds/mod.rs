@@ -127,7 +127,7 @@ impl Host {
     /// # Errors
     /// 429 naming the quota: too many templates (counting queued builds of new names), or
     /// the storage quota used up.
-    pub fn check_build_quota(&self, workspace_id: &str, name: &str) -> Result<(), ApiError> {
+    pub async fn check_build_quota(&self, workspace_id: &str, name: &str) -> Result<(), ApiError> {
         let cfg = &self.builds.cfg;
         let mut names: HashSet<String> = self
             .workspace_templates(workspace_id)
@@ -138,7 +138,8 @@ impl Host {
             .collect();
         names.extend(
             self.store
-                .unfinished_template_builds()?
+                .unfinished_template_builds()
+                .await?
                 .into_iter()
                 .filter(|b| b.workspace_id == workspace_id)
                 .map(|b| b.name),
@@ -172,16 +173,19 @@ impl Host {
     ///
     /// # Errors
     /// 500 on store errors (the build directory is removed).
-    pub fn submit_build(self: &Arc<Self>, sub: Submission) -> Result<TemplateBuildRow, ApiError> {
+    pub async fn submit_build(
+        self: &Arc<Self>,
+        sub: Submission,
+    ) -> Result<TemplateBuildRow, ApiError> {
         let dir = self.builds_dir().join(&sub.id);
-        let result = self.try_submit(sub);
+        let result = self.try_submit(sub).await;
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         result
     }
 
-    fn try_submit(self: &Arc<Self>, sub: Submission) -> Result<TemplateBuildRow, ApiError> {
+    async fn try_submit(self: &Arc<Self>, sub: Submission) -> Result<TemplateBuildRow, ApiError> {
         let dir = self.builds_dir().join(&sub.id);
         let log = Arc::new(
             BuildLog::create(&dir.join(log::LOG_FILE))
@@ -212,7 +216,7 @@ impl Host {
             SubmittedSource::Dockerfile { text, context } => {
                 let parsed = match pandastack_templates::custom::dockerfile::parse(&text) {
                     Ok(p) => p,
-                    Err(e) => return self.fail_at_submit(row, &log, e.to_string()),
+                    Err(e) => return self.fail_at_submit(row, &log, e.to_string()).await,
                 };
                 let hash = match dockerfile::plan(
                     self,
@@ -223,7 +227,7 @@ impl Host {
                     &sub.resources,
                 ) {
                     Ok((_, hash)) => hash,
-                    Err(e) => return self.fail_at_submit(row, &log, e.0),
+                    Err(e) => return self.fail_at_submit(row, &log, e.0).await,
                 };
                 let source = JobSource::Dockerfile {
                     text,
@@ -251,14 +255,14 @@ impl Host {
                 row.generation = Some(current.generation as i64);
                 row.started_at = Some(now);
                 row.ended_at = Some(now);
-                self.store.put_template_build(&row)?;
+                self.store.put_template_build(&row).await?;
                 let _ = std::fs::remove_dir_all(dir.join("input"));
                 self.ensure_template_image(current);
                 info!(build = %row.id, template = %row.name, "template build: cache hit");
                 return Ok(row);
             }
         }
-        self.store.put_template_build(&row)?;
+        self.store.put_template_build(&row).await?;
         log.line(&format!("Queued build {} of template {}", row.id, row.name));
         self.builds.live().insert(row.id.clone(), log);
         let job = Job {
@@ -274,7 +278,7 @@ impl Host {
         Ok(row)
     }
 
-    fn fail_at_submit(
+    async fn fail_at_submit(
         &self,
         mut row: TemplateBuildRow,
         log: &BuildLog,
@@ -286,7 +290,7 @@ impl Host {
         row.error = Some(error);
         row.started_at = Some(now);
         row.ended_at = Some(now);
-        self.store.put_template_build(&row)?;
+        self.store.put_template_build(&row).await?;
         let _ = std::fs::remove_dir_all(self.builds_dir().join(&row.id).join("input"));
         Ok(row)
     }
@@ -316,7 +320,7 @@ impl Host {
             warn!(build = %job.id, "template build without a log; skipped");
             return;
         };
-        let mut row = match self.store.template_build(&job.workspace_id, &job.id) {
+        let mut row = match self.store.template_build(&job.workspace_id, &job.id).await {
             Ok(Some(r)) => r,
             _ => {
                 warn!(build = %job.id, "template build row missing; skipped");
@@ -326,7 +330,7 @@ impl Host {
         };
         row.status = "running".into();
         row.started_at = Some(now_ms());
-        if let Err(e) = self.store.put_template_build(&row) {
+        if let Err(e) = self.store.put_template_build(&row).await {
             warn!(build = %job.id, error = %e, "template build: cannot record running");
         }
         info!(build = %job.id, template = %job.name, workspace_id = %job.workspace_id, "template build started");
@@ -369,13 +373,14 @@ impl Host {
                 .await
             }
         };
-        self.finish_job(&job, &mut row, &log, result, started.elapsed());
+        self.finish_job(&job, &mut row, &log, result, started.elapsed())
+            .await;
         self.builds.live().remove(&job.id);
         let _ = std::fs::remove_dir_all(self.builds_dir().join(&job.id).join("input"));
-        self.prune_builds(&job.workspace_id);
+        self.prune_builds(&job.workspace_id).await;
     }
 
-    fn finish_job(
+    async fn finish_job(
         &self,
         job: &Job,
         row: &mut TemplateBuildRow,
@@ -407,17 +412,18 @@ impl Host {
             }
         }
         row.ended_at = Some(now_ms());
-        if let Err(e) = self.store.put_template_build(row) {
+        if let Err(e) = self.store.put_template_build(row).await {
             warn!(build = %job.id, error = %e, "template build: cannot record the result");
         }
     }
 
     /// Removes the oldest finished build records of a workspace beyond the ones kept, with
     /// their logs.
-    fn prune_builds(&self, workspace_id: &str) {
+    async fn prune_builds(&self, workspace_id: &str) {
         match self
             .store
             .prune_template_builds(workspace_id, self.builds.cfg.keep_builds)
+            .await
         {
             Ok(ids) => {
                 for id in ids {
@@ -432,14 +438,14 @@ impl Host {
     /// and partial rootfs removed; their build sandboxes are orphans the engine sweep
     /// destroys), and template builds no sandbox uses are collected.
     pub async fn recover_builds(&self) {
-        match self.store.unfinished_template_builds() {
+        match self.store.unfinished_template_builds().await {
             Ok(rows) => {
                 for mut row in rows {
                     row.status = "failed".into();
                     row.error =
                         Some("the server restarted during the build; submit it again".into());
                     row.ended_at = Some(now_ms());
-                    if let Err(e) = self.store.put_template_build(&row) {
+                    if let Err(e) = self.store.put_template_build(&row).await {
                         warn!(build = %row.id, error = %e, "failing an interrupted build");
                     }
                     let _ = std::fs::remove_dir_all(self.builds_dir().join(&row.id).join("input"));

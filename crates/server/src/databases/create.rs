@@ -173,12 +173,12 @@ impl Databases {
             last_active_at: now,
             deleted_at: None,
         };
-        self.host.store.put_database(&row)?;
+        self.host.store.put_database(&row).await?;
         let db = Arc::new(LiveDb::new(row, self.dirs(&id)));
         self.insert(db.clone());
         if let Err(e) = self.bind(&db).await {
             self.remove(&id);
-            let _ = self.host.store.remove_database(&id);
+            let _ = self.host.store.remove_database(&id).await;
             return Err(e);
         }
         Ok(db)
@@ -340,7 +340,7 @@ impl Databases {
         let outcome = match made {
             Ok(()) => {
                 db.touch();
-                self.set_state(db, DatabaseState::Running, "api")
+                self.set_state(db, DatabaseState::Running, "api").await
             }
             Err(e) => {
                 tracing::error!(database_id = %db.id, error = %e, "database {what} failed");
@@ -352,7 +352,7 @@ impl Databases {
                 if let Err(e) = self.sync_ports().await {
                     tracing::warn!(database_id = %db.id, error = %e, "closing a failed database's port");
                 }
-                self.set_state(db, DatabaseState::Failed, "api")
+                self.set_state(db, DatabaseState::Failed, "api").await
             }
         };
         if let Err(e) = outcome {

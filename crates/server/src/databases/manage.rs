@@ -54,7 +54,7 @@ impl Databases {
         // password, at the front end.
         db.end_sessions();
         db.row().password_sealed = sealed;
-        self.save(db)?;
+        self.save(db).await?;
         db.touch();
         info!(database_id = %db.id, sessions_ended = ended, "database credentials reset");
         Ok(())
@@ -95,7 +95,7 @@ impl Databases {
         }
         if let Some(on) = req.always_on {
             db.row().always_on = on;
-            self.save(db)?;
+            self.save(db).await?;
             if on {
                 self.ensure_running(db, "always_on").await?;
             }
@@ -134,7 +134,7 @@ impl Databases {
             });
         }
         db.row().storage_mb = mb;
-        self.save(db)?;
+        self.save(db).await?;
         info!(database_id = %db.id, storage_mb = mb, "database storage grown");
         if was_running {
             self.start_locked(db, "resize").await?;
@@ -155,13 +155,13 @@ impl Databases {
             warn!(database_id = %db.id, error = %e, "closing a deleted database's port");
         }
         db.row().deleted_at = Some(now_ms());
-        self.save(db)?;
+        self.save(db).await?;
         // Waits for provisioning, a clone from it, a start or a stop in progress.
         let _exclusive = db.lifecycle.write().await;
         if db.state() == DatabaseState::Deleted {
             return Ok(());
         }
-        self.set_state(db, DatabaseState::Deleted, "api")?;
+        self.set_state(db, DatabaseState::Deleted, "api").await?;
         self.remove(&db.id);
         self.teardown(db).await;
         Ok(())
@@ -174,7 +174,7 @@ impl Databases {
         cluster::stop(&db.dirs, StopMode::Immediate).await;
         match provision::destroy(&db.dirs).await {
             Ok(()) => {
-                if let Err(e) = self.host.store.remove_database(&db.id) {
+                if let Err(e) = self.host.store.remove_database(&db.id).await {
                     warn!(database_id = %db.id, error = %e, "removing a deleted database's row");
                 }
                 crate::metrics::observe("database_delete", started);

@@ -213,16 +213,21 @@ impl Databases {
     ///
     /// # Errors
     /// Store errors.
-    fn save(&self, db: &LiveDb) -> Result<(), ApiError> {
+    async fn save(&self, db: &LiveDb) -> Result<(), ApiError> {
         let row = db.snapshot();
-        Ok(self.host.store.put_database(&row)?)
+        Ok(self.host.store.put_database(&row).await?)
     }
 
     /// Moves `db` to state `to`, persisting the row and recording an event (on `/v1/events`).
     ///
     /// # Errors
     /// 409 when the transition is not allowed; store errors.
-    pub fn set_state(&self, db: &LiveDb, to: DatabaseState, cause: &str) -> Result<(), ApiError> {
+    pub async fn set_state(
+        &self,
+        db: &LiveDb,
+        to: DatabaseState,
+        cause: &str,
+    ) -> Result<(), ApiError> {
         let (from, row) = {
             let mut row = db.row();
             let from = DatabaseState::parse(&row.status);
@@ -230,16 +235,20 @@ impl Databases {
             row.status = to.as_str().to_string();
             (from, row.clone())
         };
-        self.host.store.put_database(&row)?;
-        let ev = self.host.store.insert_subject_event(
-            EventRow::DATABASE,
-            &row.workspace_id,
-            &row.id,
-            from.as_str(),
-            to.as_str(),
-            cause,
-            now_ms(),
-        )?;
+        self.host.store.put_database(&row).await?;
+        let ev = self
+            .host
+            .store
+            .insert_subject_event(
+                EventRow::DATABASE,
+                &row.workspace_id,
+                &row.id,
+                from.as_str(),
+                to.as_str(),
+                cause,
+                now_ms(),
+            )
+            .await?;
         info!(database_id = %row.id, from = %from, to = %to, cause, "database state");
         let _ = self.host.events.send(ev);
         Ok(())
@@ -279,7 +288,7 @@ impl Databases {
         let port = b.port;
         db.set_binding(b);
         db.row().port = Some(port);
-        self.save(db)?;
+        self.save(db).await?;
         self.sync_ports().await?;
         Ok(port)
     }

@@ -39,7 +39,8 @@ impl Databases {
             DatabaseState::Running if cluster::running(&db.dirs).is_some() => return Ok(()),
             DatabaseState::Running => {
                 warn!(database_id = %db.id, "the cluster's postmaster is gone; restarting it");
-                self.set_state(db, DatabaseState::Stopped, "crashed")?;
+                self.set_state(db, DatabaseState::Stopped, "crashed")
+                    .await?;
             }
             DatabaseState::Stopped => {}
             DatabaseState::Provisioning => {
@@ -75,7 +76,7 @@ impl Databases {
         }
         crate::metrics::observe("database_start", started);
         db.touch();
-        self.set_state(db, DatabaseState::Running, cause)
+        self.set_state(db, DatabaseState::Running, cause).await
     }
 
     /// Stops `db`'s cluster cleanly (a fast shutdown) if it runs; the caller holds
@@ -90,7 +91,7 @@ impl Databases {
         let started = std::time::Instant::now();
         cluster::stop(&db.dirs, StopMode::Fast).await;
         crate::metrics::observe("database_stop", started);
-        self.set_state(db, DatabaseState::Stopped, cause)
+        self.set_state(db, DatabaseState::Stopped, cause).await
     }
 
     /// Every second: stops running databases idle past `--database-idle-stop-seconds`
@@ -122,7 +123,7 @@ impl Databases {
         let always_on = db.row().always_on;
         let outcome = if cluster::running(&db.dirs).is_none() {
             warn!(database_id = %db.id, "a database's cluster died");
-            match self.set_state(db, DatabaseState::Stopped, "crashed") {
+            match self.set_state(db, DatabaseState::Stopped, "crashed").await {
                 Ok(()) if always_on => self.start_locked(db, "always_on").await,
                 other => other,
             }

@@ -26,7 +26,7 @@ impl Databases {
         if let Err(e) = storage::share_root(&self.pg.root).await {
             warn!(error = %e, "sharing the databases' mount point; sandboxes started meanwhile keep copies of database mounts");
         }
-        let rows = self.host.store.all_databases()?;
+        let rows = self.host.store.all_databases().await?;
         let known: HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
         for row in rows {
             let db = Arc::new(LiveDb::new(row.clone(), self.dirs(&row.id)));
@@ -58,7 +58,7 @@ impl Databases {
                 cluster::stop(&db.dirs, StopMode::Immediate).await;
                 let _ = provision::destroy(&db.dirs).await;
                 db.row().error = Some("provisioning was interrupted by a server restart".into());
-                return self.set_state(db, DatabaseState::Failed, "recovery");
+                return self.set_state(db, DatabaseState::Failed, "recovery").await;
             }
             DatabaseState::Failed | DatabaseState::Deleted => return Ok(()),
             DatabaseState::Running | DatabaseState::Stopped => {}
@@ -66,7 +66,7 @@ impl Databases {
         if let Err(e) = db.dirs.storage().mount().await {
             tracing::error!(database_id = %row.id, error = %e, "mounting a database's storage");
             db.row().error = Some("its storage could not be mounted".into());
-            return self.set_state(db, DatabaseState::Failed, "recovery");
+            return self.set_state(db, DatabaseState::Failed, "recovery").await;
         }
         let port = self.bind(db).await?;
         if row.port.is_some_and(|p| p != port) {
@@ -80,10 +80,12 @@ impl Databases {
                 info!(database_id = %row.id, "re-adopted a running database");
             }
             (DatabaseState::Stopped, true) => {
-                self.set_state(db, DatabaseState::Running, "recovery")?;
+                self.set_state(db, DatabaseState::Running, "recovery")
+                    .await?;
             }
             (DatabaseState::Running, false) => {
-                self.set_state(db, DatabaseState::Stopped, "recovery")?;
+                self.set_state(db, DatabaseState::Stopped, "recovery")
+                    .await?;
             }
             _ => {}
         }

@@ -206,8 +206,8 @@ impl Host {
     ///
     /// # Errors
     /// 429 naming the quota.
-    pub fn check_snapshot_quota(&self, workspace_id: &str) -> Result<(), ApiError> {
-        let used = self.store.snapshot_bytes(workspace_id)?;
+    pub async fn check_snapshot_quota(&self, workspace_id: &str) -> Result<(), ApiError> {
+        let used = self.store.snapshot_bytes(workspace_id).await?;
         let quota = self.cfg.limits.workspace_max_snapshot_bytes;
         if used >= quota {
             return Err(ApiError::TooManyRequests {

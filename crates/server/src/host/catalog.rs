@@ -175,7 +175,7 @@ impl Host {
     /// such a build is what a crash left.
     pub async fn collect_template_builds(&self, workspace_id: &str, at_start: bool) {
         let store = self.workspace_templates(workspace_id);
-        let in_use: HashSet<String> = match self.store.live_sandboxes(Some(workspace_id)) {
+        let in_use: HashSet<String> = match self.store.live_sandboxes(Some(workspace_id)).await {
             Ok(rows) => rows.into_iter().map(|r| r.rootfs).collect(),
             Err(e) => {
                 warn!(workspace_id, error = %e, "template gc: cannot read sandboxes");

@@ -156,7 +156,7 @@ impl Host {
             "cold",
             None,
         );
-        self.store.put_sandbox(&row)?;
+        self.store.put_sandbox(&row).await?;
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());
         match self.start_instance(&live, None).await {
@@ -199,7 +199,7 @@ impl Host {
             r.instance_id = Some(spec.instance_id.clone());
             r.instance_dir = Some(spec.dir.display().to_string());
             r.guest_ip = None;
-            self.store.put_sandbox(&r)?;
+            self.store.put_sandbox(&r).await?;
         }
         let inst = match image {
             None => self.engine.boot(&spec).await,
@@ -220,7 +220,7 @@ impl Host {
             let mut r = live.row.lock().await;
             r.instance_id = Some(inst.instance_id.clone());
             r.instance_dir = Some(inst.dir.display().to_string());
-            self.store.put_sandbox(&r)?;
+            self.store.put_sandbox(&r).await?;
         }
         let conn = GuestConn::connect(&inst.guest_socket, HANDSHAKE_TIMEOUT)
             .await
@@ -228,7 +228,7 @@ impl Host {
         if let Some(n) = inst.network {
             let mut r = live.row.lock().await;
             r.guest_ip = Some(n.guest_ip.to_string());
-            self.store.put_sandbox(&r)?;
+            self.store.put_sandbox(&r).await?;
         }
         Ok(conn)
     }

@@ -51,13 +51,14 @@ impl Host {
             &parent.id,
             &image,
             serde_json::Value::Null,
-        )?;
+        )
+        .await?;
         let (base, spec) = {
             let _gate = parent.gate.write().await;
             // The parent stops answering for the checkpoint only (--leave-running).
             let paused = std::time::Instant::now();
             if let Err(e) = self.capture(parent, &image, true).await {
-                self.abandon_operation(&tree_id, &image);
+                self.abandon_operation(&tree_id, &image).await;
                 return Err(e);
             }
             crate::metrics::observe("fork_pause", paused);
@@ -111,10 +112,10 @@ impl Host {
             for c in &children {
                 let _ = self.destroy(c, "fork failed").await;
             }
-            self.end_operation(&tree_id);
+            self.end_operation(&tree_id).await;
             return Err(e);
         }
-        self.end_operation(&tree_id);
+        self.end_operation(&tree_id).await;
         Ok(children)
     }
 
@@ -172,7 +173,7 @@ impl Host {
         {
             let mut r = child.row.lock().await;
             r.metadata.insert("promoted".into(), "true".into());
-            self.store.put_sandbox(&r)?;
+            self.store.put_sandbox(&r).await?;
         }
         let mut out = Promotion {
             winner: child.id.clone(),

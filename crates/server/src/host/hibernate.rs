@@ -42,13 +42,14 @@ impl Host {
         let op_id = format!("hibernate-{}", live.id);
         let partial = operations::partial_dir(&image);
         let detail = serde_json::json!({"image": image.display().to_string()});
-        self.begin_operation(operations::HIBERNATE, &op_id, &live.id, &partial, detail)?;
+        self.begin_operation(operations::HIBERNATE, &op_id, &live.id, &partial, detail)
+            .await?;
         let captured = match self.capture(live, &partial, false).await {
             Ok(_) => operations::publish(&partial, &image),
             Err(e) => Err(e),
         };
         if let Err(e) = captured {
-            self.abandon_operation(&op_id, &partial);
+            self.abandon_operation(&op_id, &partial).await;
             if self
                 .engine
                 .status(&iid)
@@ -75,7 +76,7 @@ impl Host {
             r.hibernate_image = Some(image.display().to_string());
         }
         let result = self.set_state(live, SandboxState::Hibernated, cause).await;
-        self.end_operation(&op_id);
+        self.end_operation(&op_id).await;
         result
     }
 

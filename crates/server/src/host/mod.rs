@@ -217,15 +217,18 @@ impl Host {
         if to == SandboxState::Deleted {
             row.deleted_at = Some(now_ms());
         }
-        self.store.put_sandbox(&row)?;
-        let ev = self.store.insert_event(
-            &row.workspace_id,
-            &row.id,
-            from.as_str(),
-            to.as_str(),
-            cause,
-            now_ms(),
-        )?;
+        self.store.put_sandbox(&row).await?;
+        let ev = self
+            .store
+            .insert_event(
+                &row.workspace_id,
+                &row.id,
+                from.as_str(),
+                to.as_str(),
+                cause,
+                now_ms(),
+            )
+            .await?;
         info!(sandbox_id = %row.id, from = %from, to = %to, cause, "sandbox state");
         let _ = self.events.send(ev);
         Ok(())

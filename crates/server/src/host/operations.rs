@@ -49,7 +49,7 @@ impl Host {
     ///
     /// # Errors
     /// Store errors (nothing has started then).
-    pub(super) fn begin_operation(
+    pub(super) async fn begin_operation(
         &self,
         kind: &str,
         id: &str,
@@ -58,28 +58,30 @@ impl Host {
         detail: serde_json::Value,
     ) -> Result<(), ApiError> {
         let _ = std::fs::remove_dir_all(partial);
-        self.store.insert_operation(&OperationRow {
-            id: id.to_string(),
-            kind: kind.to_string(),
-            sandbox_id: sandbox_id.to_string(),
-            image_dir: partial.display().to_string(),
-            detail,
-            started_at: now_ms(),
-        })?;
+        self.store
+            .insert_operation(&OperationRow {
+                id: id.to_string(),
+                kind: kind.to_string(),
+                sandbox_id: sandbox_id.to_string(),
+                image_dir: partial.display().to_string(),
+                detail,
+                started_at: now_ms(),
+            })
+            .await?;
         Ok(())
     }
 
     /// Forgets operation `id` (finished, or failed and cleaned up).
-    pub(super) fn end_operation(&self, id: &str) {
-        if let Err(e) = self.store.delete_operation(id) {
+    pub(super) async fn end_operation(&self, id: &str) {
+        if let Err(e) = self.store.delete_operation(id).await {
             warn!(operation = id, error = %e, "forgetting an operation");
         }
     }
 
     /// Rolls back operation `id` that failed before taking effect: its partial image goes.
-    pub(super) fn abandon_operation(&self, id: &str, partial: &Path) {
+    pub(super) async fn abandon_operation(&self, id: &str, partial: &Path) {
         let _ = std::fs::remove_dir_all(partial);
-        self.end_operation(id);
+        self.end_operation(id).await;
     }
 
     /// Finishes or rolls back every operation a crash interrupted (start-up, before sandboxes
@@ -88,7 +90,7 @@ impl Host {
     /// # Errors
     /// Store errors.
     pub(super) async fn finish_interrupted_operations(&self) -> Result<(), ApiError> {
-        for op in self.store.operations()? {
+        for op in self.store.operations().await? {
             let partial = PathBuf::from(&op.image_dir);
             let outcome = self.settled_outcome(&partial).await;
             let files: Vec<String> = std::fs::read_dir(&partial)
@@ -100,13 +102,13 @@ impl Host {
                 .unwrap_or_default();
             info!(operation = %op.id, kind = %op.kind, ?outcome, ?files, "finishing an interrupted operation");
             match op.kind.as_str() {
-                SNAPSHOT => self.recover_snapshot(&op, &partial, &outcome)?,
+                SNAPSHOT => self.recover_snapshot(&op, &partial, &outcome).await?,
                 HIBERNATE => self.recover_hibernate(&op, &partial, &outcome).await?,
                 FORK => self.recover_fork(&op).await?,
                 other => warn!(operation = %op.id, kind = other, "unknown operation kind"),
             }
             let _ = std::fs::remove_dir_all(&partial);
-            self.end_operation(&op.id);
+            self.end_operation(&op.id).await;
         }
         Ok(())
     }
@@ -124,7 +126,7 @@ impl Host {
         }
     }
 
-    fn recover_snapshot(
+    async fn recover_snapshot(
         &self,
         op: &OperationRow,
         partial: &Path,
@@ -134,7 +136,12 @@ impl Host {
             warn!(operation = %op.id, "snapshot operation without its row: rolled back");
             return Ok(());
         };
-        if self.store.snapshot(&row.workspace_id, &row.id)?.is_some() {
+        if self
+            .store
+            .snapshot(&row.workspace_id, &row.id)
+            .await?
+            .is_some()
+        {
             return Ok(());
         }
         let image = PathBuf::from(&row.image_dir);
@@ -145,7 +152,7 @@ impl Host {
             publish(partial, &image)?;
         }
         row.size_bytes = super::snapshot::dir_size(&image) as i64;
-        self.store.insert_snapshot(&row)?;
+        self.store.insert_snapshot(&row).await?;
         info!(snapshot_id = %row.id, sandbox_id = %row.sandbox_id, "kept a snapshot finished after a restart");
         Ok(())
     }
@@ -156,7 +163,7 @@ impl Host {
         partial: &Path,
         outcome: &CheckpointOutcome,
     ) -> Result<(), ApiError> {
-        let Some(row) = self.store.sandbox(&op.sandbox_id)? else {
+        let Some(row) = self.store.sandbox(&op.sandbox_id).await? else {
             return Ok(());
         };
         let image = PathBuf::from(op.detail["image"].as_str().unwrap_or_default().to_string());
@@ -197,7 +204,7 @@ impl Host {
     }
 
     async fn recover_fork(&self, op: &OperationRow) -> Result<(), ApiError> {
-        for row in self.store.live_sandboxes(None)? {
+        for row in self.store.live_sandboxes(None).await? {
             if row.metadata.get("fork_tree_id") != Some(&op.id) {
                 continue;
             }
@@ -223,16 +230,18 @@ impl Host {
     ///
     /// # Errors
     /// Store errors.
-    pub(super) fn collect_unreferenced_images(&self) -> Result<(), ApiError> {
+    pub(super) async fn collect_unreferenced_images(&self) -> Result<(), ApiError> {
         let snapshots: Vec<PathBuf> = self
             .store
-            .snapshot_image_dirs()?
+            .snapshot_image_dirs()
+            .await?
             .into_iter()
             .map(PathBuf::from)
             .collect();
         let hibernated: Vec<PathBuf> = self
             .store
-            .live_sandboxes(None)?
+            .live_sandboxes(None)
+            .await?
             .into_iter()
             .filter_map(|r| r.hibernate_image.map(PathBuf::from))
             .collect();

@@ -173,7 +173,7 @@ impl Host {
             }
         }
         row.boot_ms = Some(started.elapsed().as_millis() as i64);
-        if let Err(e) = self.store.put_sandbox(&row) {
+        if let Err(e) = self.store.put_sandbox(&row).await {
             let _ = self.engine.destroy(&p.spec.instance_id, &p.spec.dir).await;
             return Some(Err(e.into()));
         }

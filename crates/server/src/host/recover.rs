@@ -19,7 +19,7 @@ impl Host {
     pub async fn recover(self: &Arc<Self>) -> Result<(), crate::error::ApiError> {
         // Snapshots, hibernations and forks a crash interrupted first: they change rows.
         self.finish_interrupted_operations().await?;
-        let rows = self.store.live_sandboxes(None)?;
+        let rows = self.store.live_sandboxes(None).await?;
         // The engine first rebuilds host-wide state (the firewall rules of the instances that
         // live on) and removes what a crash left of the others (network namespaces, links).
         let keep: Vec<(String, std::path::PathBuf)> = rows
@@ -84,7 +84,7 @@ impl Host {
                 }
             }
         }
-        self.collect_unreferenced_images()?;
+        self.collect_unreferenced_images().await?;
         Ok(())
     }
 }

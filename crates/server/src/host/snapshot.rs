@@ -88,7 +88,7 @@ impl Host {
             let r = live.row.lock().await;
             (r.workspace_id.clone(), r.memory_mb)
         };
-        self.check_snapshot_quota(&workspace)?;
+        self.check_snapshot_quota(&workspace).await?;
         // The image holds at most the sandbox's memory plus what it wrote.
         self.check_disk_reserve("snapshot", u64::from(memory_mb) << 20)?;
         let _gate = live.gate.write().await;
@@ -115,20 +115,22 @@ impl Host {
         // Crash-safe: the intent is recorded first, the image is written beside its final
         // place and renamed once complete (operations.rs).
         let detail = serde_json::to_value(&row).map_err(|e| ApiError::internal("snapshot", e))?;
-        self.begin_operation(operations::SNAPSHOT, &id, &r.id, &partial, detail)?;
+        self.begin_operation(operations::SNAPSHOT, &id, &r.id, &partial, detail)
+            .await?;
         let captured = self.capture(live, &partial, true).await;
-        let finished = captured.and_then(|kernels| {
-            row.kernels = kernels;
+        let finished = async {
+            row.kernels = captured?;
             operations::publish(&partial, &image)?;
             row.size_bytes = dir_size(&image) as i64;
-            Ok(self.store.insert_snapshot(&row)?)
-        });
+            Ok::<_, ApiError>(self.store.insert_snapshot(&row).await?)
+        }
+        .await;
         if let Err(e) = finished {
             let _ = std::fs::remove_dir_all(&image);
-            self.abandon_operation(&id, &partial);
+            self.abandon_operation(&id, &partial).await;
             return Err(e);
         }
-        self.end_operation(&id);
+        self.end_operation(&id).await;
         live.touch().await;
         Ok(row)
     }
@@ -137,12 +139,13 @@ impl Host {
     ///
     /// # Errors
     /// 404 when the workspace has no such snapshot.
-    pub fn delete_snapshot(&self, workspace_id: &str, id: &str) -> Result<(), ApiError> {
+    pub async fn delete_snapshot(&self, workspace_id: &str, id: &str) -> Result<(), ApiError> {
         let snap = self
             .store
-            .snapshot(workspace_id, id)?
+            .snapshot(workspace_id, id)
+            .await?
             .ok_or_else(|| ApiError::NotFound(format!("snapshot {id} not found")))?;
-        self.store.delete_snapshot(workspace_id, id)?;
+        self.store.delete_snapshot(workspace_id, id).await?;
         let _ = std::fs::remove_dir_all(&snap.image_dir);
         Ok(())
     }
@@ -187,7 +190,7 @@ impl Host {
         // The image decides the layout: the disk of its sandbox (none for an image taken
         // before disks existed).
         row.disk_mb = base.disk_mb;
-        self.store.put_sandbox(&row)?;
+        self.store.put_sandbox(&row).await?;
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());
         match self.start_instance(&live, Some(image)).await {
@@ -217,7 +220,8 @@ impl Host {
     ) -> Result<Arc<Live>, ApiError> {
         let snap = self
             .store
-            .snapshot(&spec.workspace_id, snapshot_id)?
+            .snapshot(&spec.workspace_id, snapshot_id)
+            .await?
             .ok_or_else(|| ApiError::NotFound(format!("snapshot {snapshot_id} not found")))?;
         self.check_generation(&snap)?;
         self.check_disk_reserve("restore", 0)?;
