@@ -336,7 +336,7 @@ def test_delete_and_snapshot_during_a_stalled_download_return_at_once(server, ne
         with socket.create_connection((host, int(port)), timeout=10) as s:
             s.sendall(f"DELETE /v1/sandboxes/{other.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
         # The socket is closed without reading the reply.
-        wait_until(lambda: _gone(other.id), timeout=10, what="the abandoned DELETE to delete")
+        wait_until(lambda: _gone(other.id), timeout=10, what=f"the abandoned DELETE of {other.id} to delete")
     finally:
         stalled.close()
 

@@ -69,6 +69,11 @@ pub struct CreateSandbox {
     /// With `from_snapshot` the snapshot's size wins.
     #[serde(default)]
     pub disk_mb: Option<u32>,
+    /// Placement hint (issue 12): the name of the host to create on, instead of the
+    /// scheduler's choice. REST only (operators, tests); 400 for an unknown host, 503 when it
+    /// is down, draining or full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Egress lists of a sandbox (issue 7). Entries are `A.B.C.D`, `A.B.C.D/N`, `A.B.C.D:PORT` or
@@ -124,6 +129,8 @@ pub struct Sandbox {
     /// Size of the sandbox's disk, MiB (an extra key; null for sandboxes made before disks).
     #[serde(default)]
     pub disk_mb: Option<u32>,
+    /// Name of the host the sandbox lives on (issue 12); any host answers for it.
+    pub host: String,
 }
 
 /// `POST .../exec` and `.../exec/stream` body (contract §2.2).

@@ -51,6 +51,13 @@ struct ServerArgs {
     /// hosts sharing one database; default: SQLite in the data dir.
     #[arg(long, env = "PANDASTACK_STORE")]
     store: Option<String>,
+    /// This host's name in a cluster (issue 12); default: the machine's hostname.
+    #[arg(long, env = "PANDASTACK_HOST_NAME")]
+    host_name: Option<String>,
+    /// How the other hosts of a cluster reach this host's API, `http://HOST:PORT`; default:
+    /// `http://` + the listen address (loopback when that is unspecified).
+    #[arg(long, env = "PANDASTACK_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// The static guest daemon (default: `pandastack-guest` beside this binary).
     #[arg(long, env = "PANDASTACK_GUEST_BIN")]
     guest_bin: Option<PathBuf>,
@@ -291,6 +298,10 @@ fn main() -> Result<()> {
                 listen: a.listen,
                 data_dir: a.data_dir,
                 store: a.store,
+                host_name: a.host_name,
+                advertise_url: a.advertise_url,
+                // An env var only: a secret must not show in `ps`.
+                node_token: std::env::var("PANDASTACK_NODE_TOKEN").ok(),
                 guest_bin,
                 kernel_py,
                 runsc: a.runsc,

@@ -98,7 +98,9 @@ pub async fn authenticate(store: &Store, key: &str) -> Result<Caller, ApiError> 
     })
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Whether `a == b`, in time independent of where they differ (secrets: key hashes, the
+/// cluster's node token).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

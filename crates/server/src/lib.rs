@@ -11,6 +11,7 @@
 pub mod api;
 pub mod auth;
 pub mod builds;
+pub mod cluster;
 pub mod databases;
 pub mod datadir_lock;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod host;
 pub mod metrics;
 pub mod previews;
 pub mod ratelimit;
+pub mod relay;
 pub mod state;
 
 use axum::Router;
@@ -45,6 +47,8 @@ pub struct AppState {
     pub previews: Arc<previews::Previews>,
     /// Requests per second per workspace (issue 8).
     pub rate_limit: Arc<ratelimit::WorkspaceRateLimit>,
+    /// This host in the cluster (issue 12).
+    pub cluster: Arc<cluster::Cluster>,
 }
 
 /// The whole HTTP application; tests call it directly.
@@ -65,7 +69,8 @@ pub fn app(state: AppState) -> Router {
         .merge(api::tokens::router())
         .merge(api::ports::router())
         .merge(api::proxy::router())
-        .merge(api::databases::router());
+        .merge(api::databases::router())
+        .merge(api::hosts::router());
     Router::new()
         .nest("/v1", v1)
         .nest_service("/mcp", api::mcp::service(state.clone()))
@@ -75,12 +80,36 @@ pub fn app(state: AppState) -> Router {
             axum::routing::get(api::metrics::prometheus_text),
         )
         .fallback(|| async { error::ApiError::NotFound("no such endpoint".into()) })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cluster::forward::route,
+        ))
         .layer(axum::middleware::from_fn(api::metrics::track))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             api::proxy::preview_hosts,
         ))
+        .layer(axum::middleware::from_fn(to_completion))
         .with_state(state)
+}
+
+/// Runs every request that changes something (any method but GET, HEAD and OPTIONS) as its own
+/// task until its handler answers, so a client that disconnects while the request is still being
+/// authenticated or parsed cannot cancel it half-way (issue 8: a DELETE given up by its client
+/// must still delete). The response body (a stream) is still dropped with the connection.
+async fn to_completion(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::Method;
+    use axum::response::IntoResponse;
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    match tokio::spawn(next.run(req)).await {
+        Ok(resp) => resp,
+        Err(e) => error::ApiError::internal("request task", e).into_response(),
+    }
 }
 
 /// Settings of `pandastack server`.
@@ -91,6 +120,14 @@ pub struct ServerConfig {
     /// `--store`: a PostgreSQL URL shared by the hosts of a cluster; `None`: SQLite in the data
     /// dir (issue 12).
     pub store: Option<String>,
+    /// `--host-name`: this host's name in the store (default: the machine's hostname).
+    pub host_name: Option<String>,
+    /// `--advertise-url`: how the other hosts reach this one (default: `http://` + the listen
+    /// address, loopback for an unspecified one).
+    pub advertise_url: Option<String>,
+    /// `PANDASTACK_NODE_TOKEN`: the secret of host-to-host requests (default: one the first
+    /// host stores in the shared store).
+    pub node_token: Option<String>,
     /// The guest daemon binary and kernel driver to install into sandboxes.
     pub guest_bin: PathBuf,
     pub kernel_py: PathBuf,
@@ -232,7 +269,12 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     // Before the store, recovery or the port: a second server on this data dir touches nothing.
     let _lock = datadir_lock::DataDirLock::acquire(&cfg.data_dir)?;
     let store = Arc::new(open_store(&cfg.data_dir, cfg.store.as_deref()).await?);
-    bootstrap(&store, &cfg).await?;
+    let cluster_cfg = cluster_config(&cfg, &store).await?;
+    if !cluster_cfg.shared {
+        // One host on SQLite: the store is wholly this host's, whatever its name was.
+        store.claim_all(&cluster_cfg.host_name).await?;
+    }
+    bootstrap(&store, &cfg, &cluster_cfg.host_name).await?;
     let guest_dir = host::install_guest_dir(&cfg.data_dir, &cfg.guest_bin, &cfg.kernel_py)?;
     let network = network_config(&cfg)?;
     let engine: Arc<dyn Engine> = Arc::new(pandastack_gvisor::GvisorEngine::new(
@@ -282,8 +324,11 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             builds: cfg.builds.clone(),
             default_disk_mb: cfg.disks.default_disk_mb,
             max_disk_mb: cfg.disks.max_disk_mb,
+            host_name: cluster_cfg.host_name.clone(),
+            cluster: cluster_cfg.shared,
         },
     );
+    let cluster = cluster::Cluster::new(cluster_cfg, host.store.clone());
     host.recover()
         .await
         .map_err(|e| StartError::Recover(e.to_string()))?;
@@ -300,6 +345,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     host.spawn_sweepers();
     host.spawn_health_monitor();
     host.prepare_template_images();
+    cluster.start(&host, cfg.store.clone()).await?;
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
     let mcp = api::mcp::Endpoint::new(listener.local_addr()?, cfg.mcp_calls_per_second)
         .map_err(|e| StartError::Recover(format!("mcp endpoint: {e}")))?;
@@ -317,6 +363,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
                 rate_limit: Arc::new(ratelimit::WorkspaceRateLimit::new(
                     cfg.capacity.requests_per_second,
                 )),
+                cluster,
             }),
         )
         .tcp_nodelay(true)
@@ -398,8 +445,73 @@ fn network_config(
     }))
 }
 
-async fn bootstrap(store: &Store, cfg: &ServerConfig) -> Result<(), StartError> {
+/// This host's identity: its name, advertise URL and the cluster's node token.
+async fn cluster_config(
+    cfg: &ServerConfig,
+    store: &Store,
+) -> Result<cluster::ClusterConfig, StartError> {
+    let host_name = match &cfg.host_name {
+        Some(n) => n.clone(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into()),
+    };
+    if host_name.is_empty()
+        || host_name.len() > 63
+        || !host_name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    {
+        return Err(StartError::Config(format!(
+            "--host-name: '{host_name}' must be 1-63 letters, digits, '-', '.' or '_'"
+        )));
+    }
+    let advertise_url = match &cfg.advertise_url {
+        Some(u) if u.starts_with("http://") => u.trim_end_matches('/').to_string(),
+        Some(u) => {
+            return Err(StartError::Config(format!(
+                "--advertise-url: '{u}' must be http://HOST:PORT"
+            )))
+        }
+        None => {
+            let mut addr = cfg.listen;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            format!("http://{addr}")
+        }
+    };
+    let node_token = match &cfg.node_token {
+        Some(t) if !t.is_empty() => t.clone(),
+        _ => {
+            store
+                .setting_or_insert(cluster::NODE_TOKEN_SETTING, || {
+                    hex::encode(rand::random::<[u8; 32]>())
+                })
+                .await?
+        }
+    };
+    Ok(cluster::ClusterConfig {
+        host_name,
+        advertise_url,
+        node_token,
+        shared: store.backend() == pandastack_store::Backend::Postgres,
+    })
+}
+
+/// Creates the first workspace and its admin key on an empty store. With several hosts
+/// starting on one empty store, the first to claim the bootstrap does it (the others find the
+/// workspace, or the claim, and skip).
+async fn bootstrap(store: &Store, cfg: &ServerConfig, host_name: &str) -> Result<(), StartError> {
     if store.count_workspaces().await? > 0 {
+        return Ok(());
+    }
+    let claimed = store
+        .setting_or_insert("bootstrapped_by", || host_name.to_string())
+        .await?;
+    if claimed != host_name {
         return Ok(());
     }
     let (ws, key) = auth::create_workspace(store, "default").await?;

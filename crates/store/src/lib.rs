@@ -12,6 +12,7 @@
 //! sandbox row that is not deleted. Methods are async; on SQLite each is a sub-millisecond local
 //! call, on PostgreSQL one round trip.
 
+mod cluster;
 mod databases;
 mod migrations;
 mod operations;
@@ -21,6 +22,7 @@ mod settings;
 mod template_builds;
 mod workspaces;
 
+pub use cluster::HostRow;
 pub use rows::*;
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -216,7 +218,50 @@ pub(crate) mod testing {
     //! `PANDASTACK_TEST_POSTGRES_URL` names a database the test may wipe (scripts/test.sh starts
     //! a throwaway cluster and sets it; it is then required: `PANDASTACK_REQUIRE_POSTGRES=1`).
 
-    use super::Store;
+    use super::{SandboxRow, Store, WorkspaceRow};
+    use std::collections::BTreeMap;
+
+    /// A running sandbox row of workspace `ws` on host `h`.
+    pub fn sandbox_row(id: &str, ws: &str) -> SandboxRow {
+        SandboxRow {
+            id: id.into(),
+            workspace_id: ws.into(),
+            template: "base".into(),
+            template_generation: 1,
+            status: "running".into(),
+            cpu: 1,
+            memory_mb: 512,
+            metadata: BTreeMap::from([("job".into(), "demo".into())]),
+            envs: BTreeMap::new(),
+            ttl_seconds: 3600,
+            persistent: false,
+            created_at: 1,
+            last_active_at: 1,
+            instance_id: Some("ps-1".into()),
+            instance_dir: None,
+            rootfs: "/r".into(),
+            guest_dir: "/g".into(),
+            boot_ms: Some(5),
+            boot_mode: "cold".into(),
+            from_snapshot: None,
+            hibernate_image: None,
+            deleted_at: None,
+            network: Some(serde_json::json!({"internet": true})),
+            guest_ip: Some("10.201.0.6".into()),
+            disk_mb: Some(1024),
+            host: "h".into(),
+        }
+    }
+
+    /// Inserts a workspace `ws` (for rows that reference one).
+    pub async fn workspace(s: &Store, ws: &str) {
+        let w = WorkspaceRow {
+            id: ws.into(),
+            name: ws.into(),
+            created_at: 0,
+        };
+        s.insert_workspace(&w).await.expect("workspace");
+    }
 
     /// The stores to run a test against: SQLite, plus PostgreSQL when configured.
     pub async fn stores() -> Vec<Store> {

@@ -159,14 +159,36 @@ const SQLITE: &[&str] = &[
     CREATE INDEX databases_workspace ON databases(workspace_id, deleted_at);
     ALTER TABLE events ADD COLUMN subject TEXT NOT NULL DEFAULT 'sandbox';
     "#,
+    // 7: several hosts (issue 12): the host each sandbox, snapshot and operation belongs to,
+    // the hosts with their heartbeats, and the leases of running sandboxes (seed 003).
+    r#"
+    ALTER TABLE sandboxes ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    ALTER TABLE snapshots ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    CREATE TABLE hosts (
+        name TEXT PRIMARY KEY,
+        advertise_url TEXT NOT NULL,
+        state TEXT NOT NULL,
+        capacity TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        heartbeat_at INTEGER NOT NULL
+    );
+    CREATE TABLE leases (
+        sandbox_id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        expires_at INTEGER NOT NULL
+    );
+    CREATE INDEX leases_host ON leases(host);
+    CREATE INDEX leases_expiry ON leases(expires_at);
+    "#,
 ];
 
 /// PostgreSQL schema history (table `pandastack_schema` = how many have run). The same tables
 /// and columns as [`SQLITE`]; integers (and booleans, 0/1) are `BIGINT`.
 const POSTGRES: &[&str] = &[
-    // 1: everything of SQLite migrations 1-6 (workspaces, keys, sandboxes with their network and
-    // disk, code contexts, snapshots, events with their subject, settings, operations, template
-    // builds, databases).
+    // 1: everything of SQLite migrations 1-7 (workspaces, keys, sandboxes with their network,
+    // disk and host, code contexts, snapshots, events with their subject, settings, operations,
+    // template builds, databases, hosts, leases).
     r#"
     CREATE TABLE workspaces (
         id TEXT PRIMARY KEY,
@@ -207,8 +229,10 @@ const POSTGRES: &[&str] = &[
         deleted_at BIGINT,
         network TEXT,
         guest_ip TEXT,
-        disk_mb BIGINT
+        disk_mb BIGINT,
+        host TEXT NOT NULL DEFAULT ''
     );
+    CREATE INDEX sandboxes_host ON sandboxes(host, deleted_at);
     CREATE INDEX sandboxes_workspace ON sandboxes(workspace_id, deleted_at);
     CREATE TABLE code_contexts (
         id TEXT PRIMARY KEY,
@@ -233,7 +257,8 @@ const POSTGRES: &[&str] = &[
         size_bytes BIGINT NOT NULL,
         kernels TEXT NOT NULL,
         created_at BIGINT NOT NULL,
-        disk_mb BIGINT
+        disk_mb BIGINT,
+        host TEXT NOT NULL DEFAULT ''
     );
     CREATE TABLE events (
         seq BIGSERIAL PRIMARY KEY,
@@ -256,7 +281,8 @@ const POSTGRES: &[&str] = &[
         sandbox_id TEXT NOT NULL,
         image_dir TEXT NOT NULL,
         detail TEXT NOT NULL,
-        started_at BIGINT NOT NULL
+        started_at BIGINT NOT NULL,
+        host TEXT NOT NULL DEFAULT ''
     );
     CREATE TABLE template_builds (
         id TEXT PRIMARY KEY,
@@ -298,6 +324,31 @@ const POSTGRES: &[&str] = &[
         deleted_at BIGINT
     );
     CREATE INDEX databases_workspace ON databases(workspace_id, deleted_at);
+    CREATE TABLE hosts (
+        name TEXT PRIMARY KEY,
+        advertise_url TEXT NOT NULL,
+        state TEXT NOT NULL,
+        capacity TEXT NOT NULL,
+        started_at BIGINT NOT NULL,
+        heartbeat_at BIGINT NOT NULL
+    );
+    CREATE TABLE leases (
+        sandbox_id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        expires_at BIGINT NOT NULL
+    );
+    CREATE INDEX leases_host ON leases(host);
+    CREATE INDEX leases_expiry ON leases(expires_at);
+    -- Every host's event relay wakes on this (issue 12: LISTEN/NOTIFY as the wake-up, the
+    -- events table as the truth).
+    CREATE FUNCTION pandastack_notify_event() RETURNS trigger AS $$
+    BEGIN
+        PERFORM pg_notify('pandastack_events', NEW.seq::text);
+        RETURN NEW;
+    END
+    $$ LANGUAGE plpgsql;
+    CREATE TRIGGER events_notify AFTER INSERT ON events
+        FOR EACH ROW EXECUTE FUNCTION pandastack_notify_event();
     "#,
 ];
 

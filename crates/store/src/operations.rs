@@ -10,8 +10,8 @@ impl Store {
     /// [`StoreError::Db`], e.g. when one with this id is already recorded.
     pub async fn insert_operation(&self, op: &OperationRow) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO operations (id, kind, sandbox_id, image_dir, detail, started_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO operations (id, kind, sandbox_id, image_dir, detail, started_at, host)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&op.id)
         .bind(&op.kind)
@@ -19,6 +19,7 @@ impl Store {
         .bind(&op.image_dir)
         .bind(op.detail.to_string())
         .bind(op.started_at)
+        .bind(&op.host)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -36,14 +37,17 @@ impl Store {
         Ok(())
     }
 
-    /// Every recorded operation, oldest first (what a crash left for recovery).
+    /// Every operation recorded by `host`, oldest first (what a crash of that host left for its
+    /// recovery).
     ///
     /// # Errors
     /// [`StoreError::Db`].
-    pub async fn operations(&self) -> Result<Vec<OperationRow>, StoreError> {
+    pub async fn operations(&self, host: &str) -> Result<Vec<OperationRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, kind, sandbox_id, image_dir, detail, started_at FROM operations ORDER BY started_at",
+            "SELECT id, kind, sandbox_id, image_dir, detail, started_at, host FROM operations
+             WHERE host = $1 ORDER BY started_at",
         )
+        .bind(host)
         .fetch_all(self.pool())
         .await?;
         let op = |r: &sqlx::any::AnyRow| -> Result<OperationRow, sqlx::Error> {
@@ -54,18 +58,20 @@ impl Store {
                 image_dir: r.text(3)?,
                 detail: serde_json::from_str(&r.text(4)?).unwrap_or(serde_json::Value::Null),
                 started_at: r.int(5)?,
+                host: r.text(6)?,
             })
         };
         Ok(rows.iter().map(op).collect::<Result<_, _>>()?)
     }
 
-    /// The image directories of every snapshot, of any workspace (for collecting the ones no
-    /// row references).
+    /// The image directories of every snapshot on `host`, of any workspace (for collecting the
+    /// ones no row references).
     ///
     /// # Errors
     /// [`StoreError::Db`].
-    pub async fn snapshot_image_dirs(&self) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT image_dir FROM snapshots")
+    pub async fn snapshot_image_dirs(&self, host: &str) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT image_dir FROM snapshots WHERE host = $1")
+            .bind(host)
             .fetch_all(self.pool())
             .await?;
         Ok(rows
@@ -89,13 +95,15 @@ mod tests {
                 image_dir: "/d/snapshots/snap-1.partial".into(),
                 detail: serde_json::json!({"a": 1}),
                 started_at: 5,
+                host: "a".into(),
             };
             s.insert_operation(&op).await.unwrap();
             assert!(s.insert_operation(&op).await.is_err());
-            assert_eq!(s.operations().await.unwrap(), vec![op]);
+            assert_eq!(s.operations("a").await.unwrap(), vec![op]);
+            assert!(s.operations("b").await.unwrap().is_empty());
             s.delete_operation("snap-1").await.unwrap();
             s.delete_operation("snap-1").await.unwrap();
-            assert!(s.operations().await.unwrap().is_empty());
+            assert!(s.operations("a").await.unwrap().is_empty());
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct SandboxRow {
     /// (its instances keep that layout).
     #[serde(default)]
     pub disk_mb: Option<u32>,
+    /// Name of the host the sandbox lives on (issue 12); its requests are served there.
+    pub host: String,
 }
 
 /// A code context: a REST handle bound to one kernel in a sandbox.
@@ -97,6 +99,8 @@ pub struct SnapshotRow {
     /// disks existed, restored in that layout).
     #[serde(default)]
     pub disk_mb: Option<u32>,
+    /// Name of the host whose disk holds the image (issue 12).
+    pub host: String,
 }
 
 /// One lifecycle transition of a sandbox or a database.
@@ -130,6 +134,8 @@ pub struct OperationRow {
     /// What recovery needs to finish the operation (for a snapshot: its row), as JSON.
     pub detail: serde_json::Value,
     pub started_at: i64,
+    /// Name of the host running it (only that host's start-up recovery finishes it).
+    pub host: String,
 }
 
 /// A template build (contract §2.8 TemplateBuild). `status` is `queued`, `running`, `done` or

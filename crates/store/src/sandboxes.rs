@@ -5,11 +5,11 @@ use sqlx::any::AnyRow;
 
 const SANDBOX_COLS: &str = "id, workspace_id, template, template_generation, status, cpu, memory_mb, metadata, envs,
     ttl_seconds, persistent, created_at, last_active_at, instance_id, instance_dir, rootfs, guest_dir, boot_ms,
-    boot_mode, from_snapshot, hibernate_image, deleted_at, network, guest_ip, disk_mb";
+    boot_mode, from_snapshot, hibernate_image, deleted_at, network, guest_ip, disk_mb, host";
 
 const SNAPSHOT_COLS: &str =
     "id, workspace_id, sandbox_id, template, template_generation, cpu, memory_mb, rootfs,
-    guest_dir, image_dir, size_bytes, kernels, created_at, disk_mb";
+    guest_dir, image_dir, size_bytes, kernels, created_at, disk_mb, host";
 
 fn sandbox_from_row(r: &AnyRow) -> Result<SandboxRow, sqlx::Error> {
     Ok(SandboxRow {
@@ -46,6 +46,7 @@ fn sandbox_from_row(r: &AnyRow) -> Result<SandboxRow, sqlx::Error> {
             .transpose()?,
         guest_ip: r.opt_text(23)?,
         disk_mb: r.opt_uint(24)?,
+        host: r.text(25)?,
     })
 }
 
@@ -70,10 +71,11 @@ fn snapshot_from_row(r: &AnyRow) -> Result<SnapshotRow, sqlx::Error> {
         kernels: serde_json::from_str(&kernels).unwrap_or(serde_json::Value::Null),
         created_at: r.int(12)?,
         disk_mb: r.opt_uint(13)?,
+        host: r.text(14)?,
     })
 }
 
-fn event_from_row(r: &AnyRow) -> Result<EventRow, sqlx::Error> {
+pub(crate) fn event_from_row(r: &AnyRow) -> Result<EventRow, sqlx::Error> {
     Ok(EventRow {
         seq: r.int(0)?,
         workspace_id: r.text(1)?,
@@ -129,6 +131,7 @@ impl Store {
             .bind(s.network.as_ref().map(|v| v.to_string()))
             .bind(&s.guest_ip)
             .bind(s.disk_mb.map(i64::from))
+            .bind(&s.host)
             .execute(self.pool())
             .await?;
         Ok(())
@@ -168,6 +171,37 @@ impl Store {
             .iter()
             .map(sandbox_from_row)
             .collect::<Result<_, _>>()?)
+    }
+
+    /// Sandboxes not deleted that live on `host`, oldest first (a host agent's own view,
+    /// issue 12).
+    ///
+    /// # Errors
+    /// [`StoreError::Db`].
+    pub async fn host_sandboxes(&self, host: &str) -> Result<Vec<SandboxRow>, StoreError> {
+        let sql = format!(
+            "SELECT {SANDBOX_COLS} FROM sandboxes WHERE deleted_at IS NULL AND host = $1 ORDER BY created_at"
+        );
+        let rows = sqlx::query(&sql).bind(host).fetch_all(self.pool()).await?;
+        Ok(rows
+            .iter()
+            .map(sandbox_from_row)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Gives every sandbox, snapshot and operation to `host`: a store of one host (SQLite)
+    /// belongs wholly to it, whatever its name was before.
+    ///
+    /// # Errors
+    /// [`StoreError::Db`].
+    pub async fn claim_all(&self, host: &str) -> Result<(), StoreError> {
+        for table in ["sandboxes", "snapshots", "operations"] {
+            sqlx::query(&format!("UPDATE {table} SET host = $1 WHERE host <> $1"))
+                .bind(host)
+                .execute(self.pool())
+                .await?;
+        }
+        Ok(())
     }
 
     /// Inserts a code context.
@@ -245,7 +279,7 @@ impl Store {
     /// [`StoreError::Db`].
     pub async fn insert_snapshot(&self, s: &SnapshotRow) -> Result<(), StoreError> {
         sqlx::query(&format!(
-            "INSERT INTO snapshots ({SNAPSHOT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+            "INSERT INTO snapshots ({SNAPSHOT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
         ))
         .bind(&s.id)
         .bind(&s.workspace_id)
@@ -261,6 +295,7 @@ impl Store {
         .bind(s.kernels.to_string())
         .bind(s.created_at)
         .bind(s.disk_mb.map(i64::from))
+        .bind(&s.host)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -424,38 +459,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::sandbox_row as sandbox;
     use crate::*;
-    use std::collections::BTreeMap;
-
-    fn sandbox(id: &str, ws: &str) -> SandboxRow {
-        SandboxRow {
-            id: id.into(),
-            workspace_id: ws.into(),
-            template: "base".into(),
-            template_generation: 1,
-            status: "running".into(),
-            cpu: 1,
-            memory_mb: 512,
-            metadata: BTreeMap::from([("job".into(), "demo".into())]),
-            envs: BTreeMap::new(),
-            ttl_seconds: 3600,
-            persistent: false,
-            created_at: 1,
-            last_active_at: 1,
-            instance_id: Some("ps-1".into()),
-            instance_dir: None,
-            rootfs: "/r".into(),
-            guest_dir: "/g".into(),
-            boot_ms: Some(5),
-            boot_mode: "cold".into(),
-            from_snapshot: None,
-            hibernate_image: None,
-            deleted_at: None,
-            network: Some(serde_json::json!({"internet": true})),
-            guest_ip: Some("10.201.0.6".into()),
-            disk_mb: Some(1024),
-        }
-    }
 
     #[tokio::test]
     async fn sandboxes_are_scoped_and_round_trip() {

@@ -44,6 +44,18 @@ impl Store {
             .try_get(0)?)
     }
 
+    /// The id of the first workspace created (the bootstrap workspace, whose keys are the
+    /// operator's), if any.
+    ///
+    /// # Errors
+    /// [`StoreError::Db`].
+    pub async fn first_workspace_id(&self) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT id FROM workspaces ORDER BY created_at, id LIMIT 1")
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
     /// Inserts an API key row.
     ///
     /// # Errors

@@ -85,6 +85,10 @@ async fn stream(
     let store = st.host.store.clone();
     let stream = async_stream::stream! {
         let mut last = since.unwrap_or(0);
+        // Each event is broadcast once, but with several hosts not always in sequence order
+        // (crate::cluster's relay): only the backlog already sent is skipped.
+        let replayed: std::collections::HashSet<i64> = backlog.iter().map(|e| e.seq).collect();
+        let floor = last;
         for e in &backlog {
             last = last.max(e.seq);
             yield Ok::<Event, std::convert::Infallible>(sse_event(e));
@@ -92,8 +96,8 @@ async fn stream(
         loop {
             match rx.recv().await {
                 Ok(e) => {
-                    if e.workspace_id == ws && e.seq > last {
-                        last = e.seq;
+                    if e.workspace_id == ws && e.seq > floor && !replayed.contains(&e.seq) {
+                        last = last.max(e.seq);
                         yield Ok(sse_event(&e));
                     }
                 }

@@ -8,6 +8,7 @@ pub mod events;
 pub mod exec;
 pub mod fork;
 pub mod fs;
+pub mod hosts;
 pub mod lifecycle;
 pub mod logs;
 pub mod mcp;
@@ -77,6 +78,7 @@ pub fn sandbox_json(r: &SandboxRow) -> pandastack_api::Sandbox {
         ttl_seconds: r.ttl_seconds,
         from_snapshot: r.from_snapshot.clone(),
         disk_mb: r.disk_mb,
+        host: r.host.clone(),
     }
 }
 

@@ -13,34 +13,17 @@ use crate::error::ApiError;
 use crate::extract::sandbox_id;
 use crate::host::{Activity, Live};
 use crate::previews;
+use crate::relay::{relay, RelayError};
 use crate::AppState;
-use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
-use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use tracing::debug;
-
-/// How long connecting to the sandbox may take before the proxy answers 502.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded as such.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -228,7 +211,7 @@ async fn serve(
     // the middle of a download or a WebSocket session).
     match forward(target, req, &upstream_path, prefix, live.activity()).await {
         Ok(resp) => resp,
-        Err(ForwardError::Connect(e)) => {
+        Err(RelayError::Connect(e)) => {
             debug!(sandbox_id = %live.id, port, error = %e, "proxy connect");
             let hint = match st.host.listeners(live).await {
                 Ok(l) if l.iter().any(|l| l.port == port && !l.reachable()) => format!(
@@ -239,7 +222,7 @@ async fn serve(
             };
             ApiError::BadGateway(hint).into_response()
         }
-        Err(ForwardError::Upstream(e)) => ApiError::BadGateway(format!(
+        Err(RelayError::Upstream(e)) => ApiError::BadGateway(format!(
             "port {port} in sandbox {} did not answer HTTP: {e}",
             live.id
         ))
@@ -273,78 +256,16 @@ fn cookie_redirect(token: &str, prefix: &str, path: &str, query: Option<&str>) -
     resp
 }
 
-enum ForwardError {
-    Connect(String),
-    Upstream(String),
-}
-
-fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            })
-}
-
-/// Removes hop-by-hop headers (keeping `Connection: upgrade` + `Upgrade` when `upgrade`).
-fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    let listed: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty() && t != "upgrade")
-        .collect();
-    for name in HOP_BY_HOP
-        .iter()
-        .copied()
-        .chain(listed.iter().map(String::as_str))
-    {
-        if upgrade && (name == "connection" || name == "upgrade") {
-            continue;
-        }
-        headers.remove(name);
-    }
-    if upgrade {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
-}
-
+/// Forwards a proxy request to the sandbox's `target` (our key and preview cookies stripped,
+/// `X-Forwarded-*` added); the exchange holds `activity` until its last byte.
 async fn forward(
     target: SocketAddr,
     mut req: Request,
     path: &str,
     prefix: &str,
     activity: Activity,
-) -> Result<Response, ForwardError> {
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(target))
-        .await
-        .map_err(|_| ForwardError::Connect("timed out".into()))?
-        .map_err(|e| ForwardError::Connect(e.to_string()))?;
-    let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| ForwardError::Upstream(e.to_string()))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            debug!(error = %e, "proxy connection");
-        }
-    });
-
-    let upgrade = is_upgrade(req.headers());
-    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let (mut parts, body) = req.into_parts();
-    parts.uri = path
-        .parse()
-        .map_err(|e: axum::http::uri::InvalidUri| ForwardError::Upstream(e.to_string()))?;
-    parts.version = axum::http::Version::HTTP_11;
-    let h = &mut parts.headers;
-    strip_hop_by_hop(h, upgrade);
+) -> Result<Response, RelayError> {
+    let h = req.headers_mut();
     if our_key(h).is_some() {
         h.remove(header::AUTHORIZATION);
     }
@@ -358,70 +279,7 @@ async fn forward(
         h.insert("x-forwarded-host", host);
     }
     h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
-
-    let mut resp = sender
-        .send_request(Request::from_parts(parts, body))
-        .await
-        .map_err(|e| ForwardError::Upstream(e.to_string()))?;
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(client) = client_upgrade {
-            let upstream = hyper::upgrade::on(&mut resp);
-            tokio::spawn(async move {
-                let _activity = activity;
-                match (client.await, upstream.await) {
-                    (Ok(c), Ok(u)) => {
-                        let _ = tokio::io::copy_bidirectional(
-                            &mut TokioIo::new(c),
-                            &mut TokioIo::new(u),
-                        )
-                        .await;
-                    }
-                    (c, u) => debug!(
-                        client = c.is_ok(),
-                        upstream = u.is_ok(),
-                        "proxy upgrade failed"
-                    ),
-                }
-            });
-        }
-        let (parts, _) = resp.into_parts();
-        return Ok(Response::from_parts(parts, Body::empty()));
-    }
-    let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers, false);
-    Ok(Response::from_parts(
-        parts,
-        Body::new(WithActivity {
-            body,
-            _activity: activity,
-        }),
-    ))
-}
-
-/// A response body that keeps the sandbox active while it streams.
-struct WithActivity<B> {
-    body: B,
-    _activity: Activity,
-}
-
-impl<B: http_body::Body + Unpin> http_body::Body for WithActivity<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
+    relay(target, req, path, activity).await
 }
 
 /// Removes our preview cookies from the `Cookie` headers (the sandbox's own cookies stay).
@@ -463,23 +321,5 @@ mod tests {
         assert_eq!(h.get(header::COOKIE).unwrap(), "app=1");
         let uri: Uri = "/x?y=1&ps_token=abc".parse().unwrap();
         assert_eq!(query_token(&uri).as_deref(), Some("abc"));
-    }
-
-    #[test]
-    fn hop_by_hop_headers_go_except_an_upgrade() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("Upgrade, X-Secret"),
-        );
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert(header::TE, HeaderValue::from_static("trailers"));
-        assert!(is_upgrade(&h));
-        strip_hop_by_hop(&mut h, true);
-        assert_eq!(h.get(header::UPGRADE).unwrap(), "websocket");
-        assert!(h.get("x-secret").is_none() && h.get(header::TE).is_none());
-        strip_hop_by_hop(&mut h, false);
-        assert!(h.get(header::UPGRADE).is_none() && h.get(header::CONNECTION).is_none());
     }
 }

@@ -8,7 +8,8 @@ use crate::extract::{sandbox_id, JsonBody};
 use crate::host::CreateSpec;
 use crate::AppState;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use pandastack_api::{CreateSandbox, Lifecycle, LifecyclePatch, Sandbox};
@@ -152,8 +153,9 @@ fn same_size(
 async fn create(
     State(st): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     JsonBody(req): JsonBody<CreateSandbox>,
-) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+) -> Result<Response, ApiError> {
     let ttl = check_ttl(req.ttl_seconds.unwrap_or(st.host.cfg.default_ttl_seconds))?;
     if req.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
         return Err(ApiError::BadRequest(
@@ -179,6 +181,9 @@ async fn create(
     }
     let network = network_policy(st.host.cfg.default_network_policy(), &req)?;
     let disk_mb = check_disk(req.disk_mb, template_disk_mb, &st.host.cfg)?;
+    if let Some(resp) = place_elsewhere(&st, &caller, &headers, &req, &template).await? {
+        return Ok(resp);
+    }
     let spec = CreateSpec {
         network,
         disk_mb,
@@ -219,7 +224,70 @@ async fn create(
         .created
         .with_label_values(&[label, &row.boot_mode])
         .inc();
-    Ok((StatusCode::CREATED, Json(sandbox_json(&row))))
+    Ok((StatusCode::CREATED, Json(sandbox_json(&row))).into_response())
+}
+
+/// Issue 12 point 4: when the scheduler puts this create on another host, relays it there
+/// (the body as parsed, its `host` set to the chosen host so that host serves it) and returns
+/// that host's answer; `None`: create here.
+///
+/// # Errors
+/// The scheduler's 400/409/503; 502 when the chosen host cannot be reached.
+async fn place_elsewhere(
+    st: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    req: &CreateSandbox,
+    template: &str,
+) -> Result<Option<Response>, ApiError> {
+    use crate::cluster::place::{place, Need, Placement};
+    let snapshot = match &req.from_snapshot {
+        Some(id) => st.host.store.snapshot(&caller.workspace_id, id).await?,
+        None => None,
+    };
+    let memory_mb = match &snapshot {
+        Some(s) => s.memory_mb,
+        None => st
+            .host
+            .template(&caller.workspace_id, template)
+            .map(|t| t.memory_mb)
+            .unwrap_or(0),
+    };
+    let need = Need {
+        template: snapshot.as_ref().map_or(template, |s| s.template.as_str()),
+        memory_mb,
+        hint: req.host.as_deref(),
+        image_host: snapshot.as_ref().map(|s| s.host.as_str()),
+    };
+    let Placement::There(target) = place(&st.cluster, &st.host, &need).await? else {
+        return Ok(None);
+    };
+    let mut body = req.clone();
+    body.host = Some(target.name.clone());
+    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal("create body", e))?;
+    let mut relayed = axum::http::Request::builder()
+        .method(axum::http::Method::POST)
+        .uri("/v1/sandboxes")
+        .header(axum::http::header::CONTENT_TYPE, "application/json")
+        .body(axum::body::Body::from(bytes))
+        .map_err(|e| ApiError::internal("create request", e))?;
+    if let Some(auth) = headers.get(axum::http::header::AUTHORIZATION) {
+        relayed
+            .headers_mut()
+            .insert(axum::http::header::AUTHORIZATION, auth.clone());
+    }
+    let placing = st.cluster.placing(&target.name);
+    let resp = crate::cluster::forward::to_host(&st.cluster, &target, relayed, ()).await;
+    drop(placing);
+    match resp {
+        // The chosen host died since its last heartbeat: this host takes the create, unless
+        // the caller asked for that host or the image is only there.
+        Err(ApiError::BadGateway(why)) if need.hint.is_none() && need.image_host.is_none() => {
+            tracing::warn!(host = %target.name, error = %why, "placement target unreachable: creating here");
+            Ok(None)
+        }
+        other => other.map(Some),
+    }
 }
 
 async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<Sandbox>>, ApiError> {
@@ -245,8 +313,32 @@ async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Json<Sandbox>, ApiError> {
     let id = sandbox_id(&id)?;
-    let live = st.host.get(&caller.workspace_id, &id)?;
-    Ok(Json(sandbox_json(&live.snapshot_row().await)))
+    match st.host.get(&caller.workspace_id, &id) {
+        Ok(live) => Ok(Json(sandbox_json(&live.snapshot_row().await))),
+        // Not on this host: one of a host that is down (requests for the others' sandboxes
+        // are relayed to them); the store has its last state.
+        Err(e) => match stored_elsewhere(&st, &caller, &id).await? {
+            Some(row) => Ok(Json(sandbox_json(&row))),
+            None => Err(e),
+        },
+    }
+}
+
+/// The stored row of sandbox `id` of the caller's workspace when it lives on another host
+/// (issue 12: one that is down, as requests for a live host's sandboxes are relayed to it).
+///
+/// # Errors
+/// Store errors.
+async fn stored_elsewhere(
+    st: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Option<pandastack_store::SandboxRow>, ApiError> {
+    Ok(st.host.store.sandbox(id).await?.filter(|r| {
+        r.workspace_id == caller.workspace_id
+            && r.deleted_at.is_none()
+            && r.host != st.cluster.cfg.host_name
+    }))
 }
 
 async fn delete(
@@ -255,7 +347,19 @@ async fn delete(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = sandbox_id(&id)?;
-    let live = st.host.get(&caller.workspace_id, &id)?;
+    let live = match st.host.get(&caller.workspace_id, &id) {
+        Ok(live) => live,
+        Err(e) => match stored_elsewhere(&st, &caller, &id).await? {
+            // Its host is down: only its row is left to delete here (the host's start-up
+            // recovery destroys what it left of the instance).
+            Some(mut row) => {
+                // Its instance and images are on that host's disk, not this one's.
+                (row.instance_id, row.instance_dir, row.hibernate_image) = (None, None, None);
+                std::sync::Arc::new(crate::host::Live::new(row))
+            }
+            None => return Err(e),
+        },
+    };
     let t = std::time::Instant::now();
     let host = st.host.clone();
     super::detached(async move { host.destroy(&live, "api").await }).await?;

@@ -250,7 +250,10 @@ impl Databases {
             )
             .await?;
         info!(database_id = %row.id, from = %from, to = %to, cause, "database state");
-        let _ = self.host.events.send(ev);
+        // With several hosts the cluster's event relay broadcasts every event (crate::cluster).
+        if !self.host.cfg.cluster {
+            let _ = self.host.events.send(ev);
+        }
         Ok(())
     }
 

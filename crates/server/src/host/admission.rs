@@ -222,6 +222,14 @@ impl Host {
         Ok(())
     }
 
+    /// Bytes of a `total`-byte data-dir filesystem kept free (`--disk-reserve-percent`, capped
+    /// by `--disk-reserve-max-gb`).
+    fn disk_reserve_bytes(&self, total: u64) -> u64 {
+        let limits = &self.cfg.limits;
+        ((total as f64 * limits.disk_reserve_percent / 100.0) as u64)
+            .min(limits.disk_reserve_max_bytes)
+    }
+
     /// Refuses an operation (`what`: "create", "snapshot", ...) that would write about
     /// `need_bytes` when the data dir's filesystem would keep less than the reserve free.
     ///
@@ -230,9 +238,7 @@ impl Host {
     pub fn check_disk_reserve(&self, what: &str, need_bytes: u64) -> Result<(), ApiError> {
         let (free, total) =
             disk_space(&self.cfg.data_dir).map_err(|e| ApiError::internal("disk space", e))?;
-        let limits = &self.cfg.limits;
-        let reserve = ((total as f64 * limits.disk_reserve_percent / 100.0) as u64)
-            .min(limits.disk_reserve_max_bytes);
+        let reserve = self.disk_reserve_bytes(total);
         if free.saturating_sub(need_bytes) < reserve {
             return Err(ApiError::InsufficientStorage(format!(
                 "host storage low: {what} refused ({:.1} GiB free, {:.1} GiB kept in reserve)",
@@ -241,6 +247,74 @@ impl Host {
             )));
         }
         Ok(())
+    }
+}
+
+/// What this host holds and can take (issue 12: reported in every heartbeat, read by the
+/// scheduler of every host).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HostLoad {
+    /// Instances holding memory: running and paused sandboxes, warm-pool instances and starts
+    /// admitted but not finished.
+    pub sandboxes: usize,
+    /// `--max-sandboxes`.
+    pub max_sandboxes: usize,
+    /// Memory limits of those instances added up, MiB.
+    pub committed_mb: u64,
+    /// The memory budget, MiB (`--memory-overcommit` × host memory).
+    pub max_memory_mb: u64,
+    /// Free bytes of the data dir's filesystem above the disk reserve.
+    pub disk_free_bytes: u64,
+    /// Templates baked here, by name, with the warm-pool instances each has now.
+    pub templates: std::collections::BTreeMap<String, usize>,
+}
+
+impl Host {
+    /// This host's [`HostLoad`] now.
+    pub async fn load(&self) -> HostLoad {
+        let (mut sandboxes, mut committed) = (0usize, 0u64);
+        for live in self.all() {
+            let r = live.row.lock().await;
+            if matches!(
+                SandboxState::parse(&r.status),
+                SandboxState::Running | SandboxState::Paused
+            ) {
+                sandboxes += 1;
+                committed += committed_mb(r.memory_mb);
+            }
+        }
+        let (pooled, pooled_mb) = self.pool_commitment();
+        let (starting, starting_mb) = *self
+            .reserved
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let pools: std::collections::HashMap<String, usize> = self
+            .pool_sizes()
+            .into_iter()
+            .map(|(name, ready, _)| (name, ready))
+            .collect();
+        let templates = self
+            .templates
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                let pooled = pools.get(&t.name).copied().unwrap_or(0);
+                (t.name, pooled)
+            })
+            .collect();
+        let disk_free_bytes = disk_space(&self.cfg.data_dir)
+            .map(|(free, total)| free.saturating_sub(self.disk_reserve_bytes(total)))
+            .unwrap_or(0);
+        HostLoad {
+            sandboxes: sandboxes + pooled + starting,
+            max_sandboxes: self.cfg.limits.max_sandboxes,
+            committed_mb: committed + pooled_mb + starting_mb,
+            max_memory_mb: self.cfg.limits.max_memory_mb,
+            disk_free_bytes,
+            templates,
+        }
     }
 }
 

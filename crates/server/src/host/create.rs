@@ -33,15 +33,16 @@ pub struct CreateSpec {
 
 impl CreateSpec {
     /// A new row in `creating` for this request: template and generation, `(cpu, memory_mb)`
-    /// and `(rootfs, guest_dir)` from its source (a template build or a snapshot).
+    /// and `(rootfs, guest_dir)` from its source (a template build or a snapshot), `(boot_mode,
+    /// from_snapshot)`, and the host it is made on.
     pub(super) fn row(
         &self,
         template: &str,
         generation: i64,
         resources: (u32, u32),
         dirs: (String, String),
-        boot_mode: &str,
-        from_snapshot: Option<String>,
+        (boot_mode, from_snapshot): (&str, Option<String>),
+        host: &str,
     ) -> SandboxRow {
         let now = now_ms();
         SandboxRow {
@@ -73,6 +74,7 @@ impl CreateSpec {
                 .and_then(|p| serde_json::to_value(p).ok()),
             guest_ip: None,
             disk_mb: Some(self.disk_mb),
+            host: host.to_string(),
         }
     }
 }
@@ -153,8 +155,8 @@ impl Host {
                 tpl.rootfs.display().to_string(),
                 self.cfg.guest_dir.display().to_string(),
             ),
-            "cold",
-            None,
+            ("cold", None),
+            &self.cfg.host_name,
         );
         self.store.put_sandbox(&row).await?;
         let live = Arc::new(Live::new(row));
@@ -248,6 +250,50 @@ impl Host {
         }
         if let (Some(id), Some(dir)) = (id, dir) {
             let _ = self.engine.destroy(&id, std::path::Path::new(&dir)).await;
+        }
+    }
+
+    /// Fencing (seed 003): this host lost the lease of `live` (it expired while the host could
+    /// not renew it, e.g. a partition or a stopped process) and so may no longer run it; another
+    /// host may already have marked it failed. Collects the expired lease if no host has yet,
+    /// takes the store's row as the truth, and destroys the local instance, so the sandbox never
+    /// runs on two hosts.
+    pub async fn fence(&self, live: &Arc<Live>) {
+        if let Err(e) = self.store.expire_leases(100).await {
+            tracing::warn!(error = %e, "collecting expired leases");
+        }
+        let stored = match self.store.sandbox(&live.id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(sandbox_id = %live.id, error = %e, "reading a fenced sandbox");
+                return;
+            }
+        };
+        let lost = stored.host != self.cfg.host_name
+            || !matches!(
+                SandboxState::parse(&stored.status),
+                SandboxState::Running | SandboxState::Paused
+            );
+        if !lost {
+            return;
+        }
+        tracing::warn!(sandbox_id = %live.id, status = %stored.status, "lease lost: destroying the local instance");
+        live.drop_conn().await;
+        let (id, dir) = {
+            let mut r = live.row.lock().await;
+            let old = std::mem::replace(&mut *r, stored);
+            (old.instance_id, old.instance_dir)
+        };
+        if let (Some(id), Some(dir)) = (id, dir) {
+            self.destroy_instance_later(id, std::path::PathBuf::from(dir));
+        }
+        let deleted_or_moved = {
+            let r = live.row.lock().await;
+            r.host != self.cfg.host_name || r.status == SandboxState::Deleted.as_str()
+        };
+        if deleted_or_moved {
+            self.remove(&live.id);
         }
     }
 }

@@ -78,6 +78,7 @@ impl Host {
                 kernels: serde_json::Value::Null,
                 created_at: now_ms(),
                 disk_mb: r.disk_mb,
+                host: self.cfg.host_name.clone(),
             };
             let mut md = metadata;
             md.insert("parent_id".into(), r.id.clone());

@@ -21,7 +21,7 @@ mod snapshot;
 mod sweeper;
 mod template_image;
 
-pub use admission::{Admitted, Limits};
+pub use admission::{Admitted, HostLoad, Limits, RETRY_AFTER_S};
 pub use create::CreateSpec;
 pub use fork::{Promotion, MAX_FORK_COUNT};
 pub use guest_dir::install_guest_dir;
@@ -71,7 +71,19 @@ pub struct HostConfig {
     pub default_disk_mb: u32,
     /// Largest disk a create may ask for, MiB (`--max-disk-mb`).
     pub max_disk_mb: u32,
+    /// This host's name in the store (`--host-name`, issue 12): the rows of the sandboxes,
+    /// snapshots and operations it owns carry it.
+    pub host_name: String,
+    /// Whether the store is shared by several hosts (PostgreSQL, issue 12). Then running
+    /// sandboxes hold leases (seed 003 "Lease semantics") and events reach this host's
+    /// subscribers through the relay of `crate::cluster`. Off for one host on SQLite, where no
+    /// other host could take a sandbox over.
+    pub cluster: bool,
 }
+
+/// How long a lease lasts after its last renewal, ms (seed 003: expiring 30 s after the last
+/// renewal; hosts renew every 10 s).
+pub const LEASE_TTL_MS: i64 = 30_000;
 
 /// Server-wide defaults of sandbox networking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,6 +225,14 @@ impl Host {
         let mut row = live.row.lock().await;
         let from = SandboxState::parse(&row.status);
         transition(from, to)?;
+        // The lease is taken before the state says running (the lease renewer reads states
+        // under this lock: a running sandbox always has one), and dropped after it does not.
+        let holds = |s: SandboxState| matches!(s, SandboxState::Running | SandboxState::Paused);
+        if self.cfg.cluster && holds(to) && !holds(from) {
+            self.store
+                .acquire_lease(&row.id, &self.cfg.host_name, LEASE_TTL_MS)
+                .await?;
+        }
         row.status = to.as_str().to_string();
         if to == SandboxState::Deleted {
             row.deleted_at = Some(now_ms());
@@ -229,8 +249,17 @@ impl Host {
                 now_ms(),
             )
             .await?;
+        if self.cfg.cluster && holds(from) && !holds(to) {
+            self.store
+                .release_lease(&row.id, &self.cfg.host_name)
+                .await?;
+        }
         info!(sandbox_id = %row.id, from = %from, to = %to, cause, "sandbox state");
-        let _ = self.events.send(ev);
+        // With several hosts the event relay (crate::cluster) broadcasts every host's events,
+        // this one's included, in the store's order.
+        if !self.cfg.cluster {
+            let _ = self.events.send(ev);
+        }
         Ok(())
     }
 

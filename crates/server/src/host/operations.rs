@@ -66,6 +66,7 @@ impl Host {
                 image_dir: partial.display().to_string(),
                 detail,
                 started_at: now_ms(),
+                host: self.cfg.host_name.clone(),
             })
             .await?;
         Ok(())
@@ -90,7 +91,7 @@ impl Host {
     /// # Errors
     /// Store errors.
     pub(super) async fn finish_interrupted_operations(&self) -> Result<(), ApiError> {
-        for op in self.store.operations().await? {
+        for op in self.store.operations(&self.cfg.host_name).await? {
             let partial = PathBuf::from(&op.image_dir);
             let outcome = self.settled_outcome(&partial).await;
             let files: Vec<String> = std::fs::read_dir(&partial)
@@ -204,7 +205,7 @@ impl Host {
     }
 
     async fn recover_fork(&self, op: &OperationRow) -> Result<(), ApiError> {
-        for row in self.store.live_sandboxes(None).await? {
+        for row in self.store.host_sandboxes(&self.cfg.host_name).await? {
             if row.metadata.get("fork_tree_id") != Some(&op.id) {
                 continue;
             }
@@ -233,14 +234,14 @@ impl Host {
     pub(super) async fn collect_unreferenced_images(&self) -> Result<(), ApiError> {
         let snapshots: Vec<PathBuf> = self
             .store
-            .snapshot_image_dirs()
+            .snapshot_image_dirs(&self.cfg.host_name)
             .await?
             .into_iter()
             .map(PathBuf::from)
             .collect();
         let hibernated: Vec<PathBuf> = self
             .store
-            .live_sandboxes(None)
+            .host_sandboxes(&self.cfg.host_name)
             .await?
             .into_iter()
             .filter_map(|r| r.hibernate_image.map(PathBuf::from))

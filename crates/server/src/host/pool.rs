@@ -154,8 +154,8 @@ impl Host {
                 tpl.rootfs.display().to_string(),
                 self.cfg.guest_dir.display().to_string(),
             ),
-            "snapshot",
-            None,
+            ("snapshot", None),
+            &self.cfg.host_name,
         );
         row.instance_id = Some(p.spec.instance_id.clone());
         row.instance_dir = Some(p.spec.dir.display().to_string());

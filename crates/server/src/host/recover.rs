@@ -19,7 +19,7 @@ impl Host {
     pub async fn recover(self: &Arc<Self>) -> Result<(), crate::error::ApiError> {
         // Snapshots, hibernations and forks a crash interrupted first: they change rows.
         self.finish_interrupted_operations().await?;
-        let rows = self.store.live_sandboxes(None).await?;
+        let rows = self.store.host_sandboxes(&self.cfg.host_name).await?;
         // The engine first rebuilds host-wide state (the firewall rules of the instances that
         // live on) and removes what a crash left of the others (network namespaces, links).
         let keep: Vec<(String, std::path::PathBuf)> = rows
@@ -53,6 +53,13 @@ impl Host {
                     let alive = matches!(status, InstanceStatus::Running | InstanceStatus::Paused);
                     if alive {
                         info!(sandbox_id = %row.id, instance_id = iid, "re-adopted sandbox");
+                        // Its lease (several hosts) lives on with it; taken again in case it
+                        // ran out while this server was down and no host has collected it.
+                        if self.cfg.cluster {
+                            self.store
+                                .acquire_lease(&row.id, &self.cfg.host_name, super::LEASE_TTL_MS)
+                                .await?;
+                        }
                     } else {
                         warn!(sandbox_id = %row.id, instance_id = iid, ?status, "instance gone after restart");
                         self.fail(&live, "instance lost while the server was down")

@@ -111,6 +111,7 @@ impl Host {
             kernels: serde_json::Value::Null,
             created_at: now_ms(),
             disk_mb: r.disk_mb,
+            host: self.cfg.host_name.clone(),
         };
         // Crash-safe: the intent is recorded first, the image is written beside its final
         // place and renamed once complete (operations.rs).
@@ -184,8 +185,8 @@ impl Host {
             base.template_generation,
             (base.cpu, base.memory_mb),
             (base.rootfs.clone(), base.guest_dir.clone()),
-            boot_mode,
-            from_snapshot,
+            (boot_mode, from_snapshot),
+            &self.cfg.host_name,
         );
         // The image decides the layout: the disk of its sandbox (none for an image taken
         // before disks existed).

@@ -199,6 +199,7 @@ impl Host {
             created_at: 0,
             // A template image restores into a disk of any size: the create's.
             disk_mb: Some(spec.disk_mb),
+            host: self.cfg.host_name.clone(),
         };
         match self
             .create_from_image(spec, &base, &image, "snapshot")

@@ -1,0 +1,156 @@
+//! Any host answers any request (issue 12 point 5): a request for a sandbox (or a snapshot
+//! deletion) that lives on another host is relayed to that host, streaming both ways (exec
+//! streams, SSE, file transfers, the port proxy, WebSockets). The owner authenticates the
+//! caller's key against the shared store itself; the relay adds [`FORWARDED_HEADER`] and the
+//! node token so the owner serves the request instead of relaying it again.
+//!
+//! A sandbox whose host is down is answered here from the store (its row: `failed` once its
+//! lease expired); operations that need its instance then fail as for any sandbox not running.
+
+use super::{is_down, Cluster, FORWARDED_HEADER, NODE_TOKEN_HEADER};
+use crate::error::ApiError;
+use crate::relay::{relay, RelayError};
+use crate::AppState;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use pandastack_store::HostRow;
+use std::net::SocketAddr;
+use tracing::debug;
+
+/// Relays requests for other hosts' sandboxes (see the module doc).
+pub async fn route(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let cluster = st.cluster.clone();
+    if !cluster.cfg.shared || is_relayed(&cluster, &req) {
+        return next.run(req).await;
+    }
+    let (path, method) = (req.uri().path().to_string(), req.method().clone());
+    let owner = match owner_of(&st, &path, &method).await {
+        Ok(owner) => owner,
+        Err(e) => return e.into_response(),
+    };
+    match owner {
+        Some(h) if h.name != cluster.cfg.host_name && !is_down(&h) => {
+            match to_host(&cluster, &h, req, ()).await {
+                Ok(resp) => resp,
+                Err(e) => e.into_response(),
+            }
+        }
+        _ => next.run(req).await,
+    }
+}
+
+/// Whether `req` was relayed by another host of this cluster.
+fn is_relayed(cluster: &Cluster, req: &Request) -> bool {
+    req.headers().contains_key(FORWARDED_HEADER) && cluster.is_node(req.headers())
+}
+
+/// The host that must serve `req`: the host of the sandbox its path names, or of the snapshot
+/// a `DELETE /v1/snapshots/{id}` names; `None` when it names neither, or one this store does
+/// not know (this host then answers, with the usual 404).
+async fn owner_of(st: &AppState, path: &str, method: &Method) -> Result<Option<HostRow>, ApiError> {
+    let store = &st.host.store;
+    let host = if let Some(id) = segment_after(path, "/v1/sandboxes/") {
+        store
+            .sandbox(id)
+            .await?
+            .filter(|r| r.deleted_at.is_none())
+            .map(|r| r.host)
+    } else if let Some(id) = segment_after(path, "/v1/snapshots/") {
+        if method == Method::DELETE {
+            store.snapshot_host(id).await?
+        } else {
+            None
+        }
+    } else {
+        None
+    };
+    let Some(name) = host else { return Ok(None) };
+    if name == st.cluster.cfg.host_name {
+        return Ok(None);
+    }
+    Ok(st
+        .cluster
+        .hosts()
+        .await?
+        .into_iter()
+        .find(|h| h.name == name))
+}
+
+/// The path segment after `prefix` (`/v1/sandboxes/{id}/exec` -> `id`), if non-empty.
+fn segment_after<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+    let rest = path.strip_prefix(prefix)?;
+    let id = rest.split('/').next()?;
+    (!id.is_empty()).then_some(id)
+}
+
+/// Relays `req` to host `h`, marked as relayed by this host; `guard` lives until the last
+/// byte of the response.
+///
+/// # Errors
+/// 502 when `h` cannot be reached or does not answer HTTP; 500 for an advertise URL that is
+/// not `http://HOST:PORT`.
+pub async fn to_host<G: Send + Unpin + 'static>(
+    cluster: &Cluster,
+    h: &HostRow,
+    mut req: Request,
+    guard: G,
+) -> Result<Response, ApiError> {
+    let target = advertised_addr(&h.advertise_url).await.ok_or_else(|| {
+        ApiError::internal(
+            "advertise url",
+            format!("host {}: {}", h.name, h.advertise_url),
+        )
+    })?;
+    let path = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let headers = req.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&cluster.cfg.host_name) {
+        headers.insert(FORWARDED_HEADER, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&cluster.cfg.node_token) {
+        headers.insert(NODE_TOKEN_HEADER, v);
+    }
+    debug!(host = %h.name, path = %path, "relaying to the owning host");
+    relay(target, req, &path, guard).await.map_err(|e| match e {
+        RelayError::Connect(e) => {
+            ApiError::BadGateway(format!("host {} is unreachable: {e}", h.name))
+        }
+        RelayError::Upstream(e) => {
+            ApiError::BadGateway(format!("host {} did not answer: {e}", h.name))
+        }
+    })
+}
+
+/// The socket address of an `http://HOST:PORT` advertise URL (resolved).
+async fn advertised_addr(url: &str) -> Option<SocketAddr> {
+    let authority = url.strip_prefix("http://")?.trim_end_matches('/');
+    tokio::net::lookup_host(authority).await.ok()?.next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_or_snapshot_id_is_the_segment_after_its_prefix() {
+        assert_eq!(
+            segment_after("/v1/sandboxes/abc/exec", "/v1/sandboxes/"),
+            Some("abc")
+        );
+        assert_eq!(
+            segment_after("/v1/sandboxes/abc", "/v1/sandboxes/"),
+            Some("abc")
+        );
+        assert_eq!(segment_after("/v1/sandboxes/", "/v1/sandboxes/"), None);
+        assert_eq!(segment_after("/v1/sandboxes", "/v1/sandboxes/"), None);
+        assert_eq!(
+            segment_after("/v1/snapshots/snap-1", "/v1/snapshots/"),
+            Some("snap-1")
+        );
+    }
+}

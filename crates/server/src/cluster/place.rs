@@ -1,0 +1,199 @@
+//! The scheduler (issue 12 point 4): which host a create lands on.
+//!
+//! - A placement hint (`"host": NAME` in the create body, REST only) wins; the host must exist
+//!   (else 400 naming the field) and be up, active and have room (else 503).
+//! - A create `from_snapshot` goes to the host whose disk holds the image (images are not in
+//!   object storage yet); 503 when that host is down.
+//! - Otherwise: the least-loaded active host that has the template and room (committed memory
+//!   against its budget, sandbox count against its limit), counting the creates this host has
+//!   sent and not seen answered, preferring a host with a warm-pool instance of the template;
+//!   this host on a tie. None has room: 503 with `Retry-After`.
+//!
+//! This host's own load is read live; the others' come from their last heartbeat.
+
+use super::{is_down, load_of, Cluster};
+use crate::error::ApiError;
+use crate::host::{Host, HostLoad, RETRY_AFTER_S};
+use pandastack_store::HostRow;
+use std::sync::Arc;
+
+/// Where a create goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placement {
+    /// This host.
+    Here,
+    /// Another host: forward the create to it.
+    There(HostRow),
+}
+
+/// What a create needs of a host.
+#[derive(Debug, Clone)]
+pub struct Need<'a> {
+    /// Template name.
+    pub template: &'a str,
+    /// Memory limit of the new sandbox, MiB.
+    pub memory_mb: u32,
+    /// The placement hint of the body (`host`).
+    pub hint: Option<&'a str>,
+    /// The host holding the snapshot image of a `from_snapshot` create.
+    pub image_host: Option<&'a str>,
+}
+
+/// Picks the host of a create (see the module doc).
+///
+/// # Errors
+/// 400 for a hint naming no host; 503 (with `Retry-After`) when the hinted or image host is
+/// down, draining or full, or no host has room; store errors.
+pub async fn place(
+    cluster: &Arc<Cluster>,
+    host: &Host,
+    need: &Need<'_>,
+) -> Result<Placement, ApiError> {
+    let me = cluster.cfg.host_name.as_str();
+    if !cluster.cfg.shared {
+        return match need.hint {
+            Some(h) if h != me => Err(ApiError::BadRequest(format!(
+                "host: no host named '{h}' (this server is the only host)"
+            ))),
+            _ => Ok(Placement::Here),
+        };
+    }
+    let hosts = cluster.hosts().await?;
+    let mine = host.load().await;
+    let unavailable = |h: &HostRow, why: &str| ApiError::Busy {
+        message: format!("host {} {why}; retry later", h.name),
+        retry_after_s: RETRY_AFTER_S,
+    };
+    let fixed = need.hint.or(need.image_host);
+    if let Some(name) = fixed {
+        let Some(h) = hosts.iter().find(|h| h.name == name) else {
+            return match need.hint {
+                Some(_) => Err(ApiError::BadRequest(format!(
+                    "host: no host named '{name}'"
+                ))),
+                // The image's host left the cluster for good: the image went with it.
+                None => Err(ApiError::Conflict(format!(
+                    "the host holding this snapshot ({name}) is no longer in the cluster"
+                ))),
+            };
+        };
+        if h.name == me {
+            return Ok(Placement::Here);
+        }
+        if is_down(h) {
+            return Err(unavailable(h, "is down"));
+        }
+        if h.state != "active" {
+            return Err(unavailable(h, "is draining"));
+        }
+        return Ok(Placement::There(h.clone()));
+    }
+    let mut best: Option<(f64, &HostRow)> = None;
+    for h in &hosts {
+        if h.state != "active" || is_down(h) {
+            continue;
+        }
+        let here = h.name == me;
+        let Some(load) = (if here { Some(mine.clone()) } else { load_of(h) }) else {
+            continue;
+        };
+        let pending = if here { 0 } else { cluster.in_flight(&h.name) };
+        let Some(score) = score(&load, pending, need) else {
+            continue;
+        };
+        // Ties go to this host (no hop).
+        let better = match best {
+            None => true,
+            Some((s, b)) => score < s || (score == s && here && b.name != me),
+        };
+        if better {
+            best = Some((score, h));
+        }
+    }
+    match best {
+        Some((_, h)) if h.name == me => Ok(Placement::Here),
+        Some((_, h)) => Ok(Placement::There(h.clone())),
+        // The template is on no host (or every host is full): this host answers (404 for an
+        // unknown template, 503 from its own admission when full).
+        None if hosts
+            .iter()
+            .all(|h| load_of(h).is_none_or(|l| !l.templates.contains_key(need.template))) =>
+        {
+            Ok(Placement::Here)
+        }
+        None => Err(ApiError::Busy {
+            message: "every host of the cluster is at capacity; retry later".into(),
+            retry_after_s: RETRY_AFTER_S,
+        }),
+    }
+}
+
+/// A host's score for a create (lower is better), or `None` when it lacks the template or
+/// room. `pending`: creates sent to it and not yet answered.
+fn score(load: &HostLoad, pending: usize, need: &Need<'_>) -> Option<f64> {
+    let pooled = *load.templates.get(need.template)?;
+    let sandboxes = load.sandboxes + pending;
+    let committed = load.committed_mb + pending as u64 * u64::from(need.memory_mb);
+    if sandboxes >= load.max_sandboxes || committed + u64::from(need.memory_mb) > load.max_memory_mb
+    {
+        return None;
+    }
+    let memory = committed as f64 / load.max_memory_mb.max(1) as f64;
+    let count = sandboxes as f64 / load.max_sandboxes.max(1) as f64;
+    // A warm-pool instance not yet promised to a create makes the create a claim (~ms).
+    let warm = if pooled > pending { -0.25 } else { 0.0 };
+    Some(memory.max(count) + warm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(sandboxes: usize, committed_mb: u64, pooled: usize) -> HostLoad {
+        HostLoad {
+            sandboxes,
+            max_sandboxes: 10,
+            committed_mb,
+            max_memory_mb: 10_240,
+            disk_free_bytes: 1 << 30,
+            templates: [("base".to_string(), pooled)].into_iter().collect(),
+        }
+    }
+
+    fn need() -> Need<'static> {
+        Need {
+            template: "base",
+            memory_mb: 1024,
+            hint: None,
+            image_host: None,
+        }
+    }
+
+    #[test]
+    fn the_emptier_host_and_a_warm_pool_score_better() {
+        let (a, b) = (
+            score(&load(1, 1024, 0), 0, &need()),
+            score(&load(5, 5120, 0), 0, &need()),
+        );
+        assert!(a.unwrap() < b.unwrap());
+        let warm = score(&load(5, 5120, 1), 0, &need()).unwrap();
+        assert!(warm < b.unwrap());
+        // A pool instance already promised to a create in flight does not count.
+        assert_eq!(
+            score(&load(5, 5120, 1), 1, &need()),
+            score(&load(6, 6144, 0), 0, &need())
+        );
+    }
+
+    #[test]
+    fn a_full_host_or_one_without_the_template_is_no_candidate() {
+        assert_eq!(score(&load(10, 1024, 0), 0, &need()), None);
+        assert_eq!(score(&load(1, 9300, 0), 0, &need()), None);
+        assert_eq!(score(&load(9, 1024, 0), 1, &need()), None);
+        let other = Need {
+            template: "code-interpreter",
+            ..need()
+        };
+        assert_eq!(score(&load(0, 0, 0), 0, &other), None);
+    }
+}

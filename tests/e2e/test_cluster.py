@@ -1,0 +1,289 @@
+"""Several hosts, one control plane (issue 12): two `pandastack server` processes on this
+machine ("a" and "b": separate data dirs, ports and sandbox networks) share one PostgreSQL
+database of the test cluster scripts/test.sh starts ($PANDASTACK_TEST_POSTGRES_URL). Each test
+drives them through the published Python SDK (or raw HTTP for what the SDK has no call for:
+the placement hint, `GET /v1/hosts`).
+
+The hosts run without a warm pool or restore targets (`--pool-size 0 --restore-targets 0`), so
+every container runsc lists under a host's root is a sandbox's, which the fencing test counts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from lifecycle_fixtures import SecondServer, _copy_current_template, _pid_alive, scrub_data_dir, wait_until
+
+
+PG_URL = os.environ.get("PANDASTACK_TEST_POSTGRES_URL", "")
+if not PG_URL and os.environ.get("PANDASTACK_REQUIRE_POSTGRES") != "1":
+    pytest.skip("PANDASTACK_TEST_POSTGRES_URL is not set", allow_module_level=True)
+
+HOST_ARGS = ["--pool-size", "0", "--restore-targets", "0", "--idle-hibernate-seconds", "3600"]
+
+
+def _psql(sql: str) -> None:
+    subprocess.run(["psql", PG_URL, "-v", "ON_ERROR_STOP=1", "-qc", sql], check=True, timeout=60,
+                   stdin=subprocess.DEVNULL, capture_output=True)
+
+
+class Cluster:
+    def __init__(self, server, db_url: str) -> None:
+        self.db_url = db_url
+        parent = server.data_dir.parent
+        for stale in parent.glob("cluster-*-*"):
+            pid = stale.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                scrub_data_dir(stale)
+        self.hosts: dict[str, SecondServer] = {}
+        for name in ("a", "b"):
+            data_dir = parent / f"cluster-{name}-{os.getpid()}"
+            scrub_data_dir(data_dir)
+            (data_dir / "templates").mkdir(parents=True)
+            for tpl in ("base", "code-interpreter"):
+                _copy_current_template(server.data_dir / "templates", data_dir / "templates", tpl)
+            self.hosts[name] = SecondServer(
+                server.binary, data_dir, server.log.parent / f"server-cluster-{name}.log",
+                ["--store", db_url, "--host-name", name] + HOST_ARGS,
+            )
+        self.a, self.b = self.hosts["a"], self.hosts["b"]
+        for h in self.hosts.values():
+            h.extra_args += ["--advertise-url", h.url]
+
+    def start(self) -> None:
+        self.a.start()  # the first host bootstraps the workspace and writes admin.env
+        self.b.start()
+        self.key = self.a.admin_key()
+        # Each host boots and checkpoints its template images once at start; the tests count
+        # containers only after those are done.
+        wait_until(lambda: not self.containers(self.a) and not self.containers(self.b),
+                   timeout=300, interval=1, what="the hosts' template images")
+
+    def client(self, host: SecondServer):
+        from pandastack import Client
+
+        return Client(api_url=host.url, api_key=self.key)
+
+    def call(self, host: SecondServer, method: str, path: str, **kw) -> requests.Response:
+        kw.setdefault("timeout", 120)
+        headers = kw.pop("headers", {}) | {"Authorization": f"Bearer {self.key}"}
+        return requests.request(method, host.url + path, headers=headers, **kw)
+
+    def create_on(self, via: SecondServer, host: str, template: str = "base") -> str:
+        """Creates a sandbox through `via` with the placement hint `host`; returns its id."""
+        r = self.call(via, "POST", "/v1/sandboxes", json={"template": template, "host": host})
+        assert r.status_code == 201, f"HTTP {r.status_code}: {r.text[:300]}"
+        assert r.json()["host"] == host, r.json()
+        return r.json()["id"]
+
+    def containers(self, host: SecondServer) -> list[str]:
+        out = subprocess.run(["runsc", f"--root={host.data_dir / 'runsc'}", "list", "-quiet"],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return out.stdout.split()
+
+    def delete_all(self) -> None:
+        from pandastack import NotFoundError
+
+        for host in (self.a, self.b):
+            if host.proc is None or host.proc.poll() is not None:
+                host.start()
+        client = self.client(self.a)
+        for sb in client.sandboxes.list():
+            try:
+                client.sandboxes.delete(sb.id)
+            except NotFoundError:
+                pass
+
+    def teardown(self) -> None:
+        for h in self.hosts.values():
+            if h.proc is not None and h.proc.poll() is None:
+                try:
+                    os.kill(h.proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        try:
+            self.delete_all()
+        finally:
+            for h in self.hosts.values():
+                h.stop()
+                scrub_data_dir(h.data_dir)
+
+
+@pytest.fixture(scope="module")
+def cluster(server):
+    name = f"cluster_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    _psql(f"CREATE DATABASE {name}")
+    base = PG_URL.rsplit("/", 1)[0]
+    c = Cluster(server, f"{base}/{name}")
+    try:
+        c.start()
+        yield c
+    finally:
+        try:
+            c.teardown()
+        finally:
+            _psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def clean(cluster):
+    yield cluster
+    cluster.delete_all()
+
+
+def test_every_host_is_listed_with_its_state_and_load_for_the_operator_only(clean):
+    r = clean.call(clean.b, "GET", "/v1/hosts")
+    assert r.status_code == 200, r.text
+    hosts = {h["name"]: h for h in r.json()}
+    assert set(hosts) == {"a", "b"}
+    for name, h in hosts.items():
+        assert h["state"] == "active", h
+        assert h["advertise_url"] == clean.hosts[name].url
+        assert h["heartbeat_age_ms"] < 20_000
+        assert set(h["capacity"]["templates"]) >= {"base", "code-interpreter"}, h["capacity"]
+        assert h["capacity"]["max_sandboxes"] > 0
+    # A key of another workspace is no operator's.
+    out = subprocess.run(
+        [str(clean.a.binary), "admin", "workspace-create", "--name", "not-operator",
+         "--data-dir", str(clean.a.data_dir), "--store", clean.db_url],
+        capture_output=True, text=True, timeout=60, check=True, stdin=subprocess.DEVNULL,
+    ).stdout
+    key = next(line.split("=", 1)[1].strip() for line in out.splitlines()
+               if line.startswith("export PANDASTACK_API_KEY="))
+    r = requests.get(f"{clean.a.url}/v1/hosts", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert r.status_code == 403, r.text
+
+
+def test_a_sandbox_on_b_is_served_through_a(clean):
+    sid = clean.create_on(clean.a, "b", template="code-interpreter")
+    wait_until(lambda: not clean.containers(clean.a) and len(clean.containers(clean.b)) == 1,
+               timeout=30, what="one container, on b")
+    sb = clean.client(clean.a).sandboxes.get(sid)
+    res = sb.exec("echo hello from $(hostname)")
+    assert res.exit_code == 0 and "hello from" in res.stdout
+    sb.filesystem.write("/workspace/note.txt", "written through a")
+    assert sb.filesystem.read("/workspace/note.txt") == b"written through a"
+    ctx = sb.create_code_context()
+    ctx.run_code("x = 6 * 7")
+    assert ctx.run_code("x").text == "42"
+    # Streaming exec through the relay.
+    chunks = []
+    assert sb.exec_stream("for i in 1 2 3; do echo line$i; done", on_stdout=chunks.append) == 0
+    assert "line3" in "".join(chunks)
+    # Host b answers for it too, and both show the same sandbox with its host.
+    via_b = clean.call(clean.b, "GET", f"/v1/sandboxes/{sid}").json()
+    via_a = clean.call(clean.a, "GET", f"/v1/sandboxes/{sid}").json()
+    assert via_a["host"] == via_b["host"] == "b" and via_a["status"] == "running"
+    # Every host's list shows every sandbox of the workspace.
+    assert sid in [s.id for s in clean.client(clean.a).sandboxes.list()]
+    sb.kill()
+    assert clean.call(clean.b, "GET", f"/v1/sandboxes/{sid}").status_code == 404
+    wait_until(lambda: not clean.containers(clean.b), timeout=30, what="b's container to go")
+
+
+def test_events_of_every_host_reach_a_subscriber_of_either(clean):
+    from lifecycle_fixtures import EventStream
+
+    stream = EventStream(clean.a.url, clean.key)
+    try:
+        sid = clean.create_on(clean.b, "b")
+        assert clean.call(clean.b, "DELETE", f"/v1/sandboxes/{sid}").status_code == 204
+
+        def seen():
+            got = [e for _, e in stream.events if e["sandbox_id"] == sid]
+            return got if any(e["to"] == "deleted" for e in got) else None
+
+        got = wait_until(seen, timeout=20, what="b's events on a's stream")
+        assert [e["to"] for e in got] == ["running", "deleted"], got
+        seqs = [e["seq"] for e in got]
+        assert seqs == sorted(seqs)
+    finally:
+        stream.close()
+
+
+def test_concurrent_creates_spread_over_the_hosts(clean):
+    client = clean.client(clean.a)
+
+    def create(_):
+        return client.sandboxes.create(template="base").id
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        ids = list(pool.map(create, range(20)))
+    hosts = [clean.call(clean.a, "GET", f"/v1/sandboxes/{i}").json()["host"] for i in ids]
+    counts = {h: hosts.count(h) for h in ("a", "b")}
+    assert sum(counts.values()) == 20, counts
+    assert min(counts.values()) >= 5, f"creates not spread: {counts}"
+
+
+def test_from_snapshot_lands_on_the_host_holding_the_image_with_kernel_state(clean):
+    client = clean.client(clean.a)
+    sid = clean.create_on(clean.a, "b", template="code-interpreter")
+    sb = client.sandboxes.get(sid)
+    ctx = sb.create_code_context()
+    ctx.run_code("import pandas as pd\ndf = pd.DataFrame({'v': range(100000)})")
+    snap = sb.snapshot()
+    restored = client.sandboxes.create(from_snapshot=snap)
+    assert clean.call(clean.a, "GET", f"/v1/sandboxes/{restored.id}").json()["host"] == "b"
+    # The code context's handle is the snapshot's: the kernel and its DataFrame came along.
+    from pandastack.sandbox import CodeContext
+
+    again = CodeContext(restored, ctx.id)
+    assert again.run_code("int(df['v'].sum())").text == str(sum(range(100000)))
+    r = clean.call(clean.a, "DELETE", f"/v1/snapshots/{snap}")
+    assert r.status_code == 204, r.text
+
+
+def _wait_failed(c: Cluster, via: SecondServer, sid: str, within: float) -> dict:
+    def failed():
+        r = c.call(via, "GET", f"/v1/sandboxes/{sid}")
+        return r.json() if r.status_code == 200 and r.json()["status"] == "failed" else None
+
+    return wait_until(failed, timeout=within, what=f"sandbox {sid} to fail")
+
+
+def test_a_killed_host_fails_its_sandboxes_by_lease_expiry_and_creates_go_on(clean):
+    sid = clean.create_on(clean.a, "b")
+    killed = time.monotonic()
+    clean.b.proc.send_signal(signal.SIGKILL)
+    clean.b.proc.wait(timeout=30)
+    # Creates keep working through a while b is gone (before b counts as down, a relay to it
+    # fails and a takes the create).
+    sb = clean.client(clean.a).sandboxes.create(template="base")
+    assert sb.exec("true").exit_code == 0
+    row = _wait_failed(clean, clean.a, sid, within=45)
+    took = time.monotonic() - killed
+    assert row["host"] == "b"
+    events = clean.call(clean.a, "GET", f"/v1/sandboxes/{sid}/events").json()
+    assert events[-1]["to"] == "failed" and events[-1]["cause"] == "lease expired (host b)", events
+    print(f"lease expiry to failed: {took:.1f} s after kill -9")
+    def states():
+        return {h["name"]: h["state"] for h in clean.call(clean.a, "GET", "/v1/hosts").json()}
+
+    assert wait_until(lambda: states()["b"] == "down" and states(), timeout=30, what="b to be down")["a"] == "active"
+    # b's restart destroys what it left of the failed sandbox.
+    clean.b.start()
+    wait_until(lambda: not clean.containers(clean.b), timeout=60, what="b to destroy the failed sandbox's instance")
+
+
+def test_a_partitioned_host_destroys_its_instances_rather_than_double_running(clean):
+    sid = clean.create_on(clean.a, "b")
+    wait_until(lambda: len(clean.containers(clean.b)) == 1, timeout=30, what="one container on b")
+    os.kill(clean.b.proc.pid, signal.SIGSTOP)
+    try:
+        _wait_failed(clean, clean.a, sid, within=60)
+    finally:
+        os.kill(clean.b.proc.pid, signal.SIGCONT)
+    # b finds its lease gone at its next renewal (every 10 s) and destroys the instance.
+    wait_until(lambda: not clean.containers(clean.b), timeout=40, what="b to fence its instance")
+    row = clean.call(clean.a, "GET", f"/v1/sandboxes/{sid}").json()
+    assert row["status"] == "failed" and row["host"] == "b"
+    r = clean.call(clean.a, "POST", f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"})
+    assert r.status_code in (404, 409), r.text
