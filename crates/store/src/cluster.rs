@@ -5,7 +5,7 @@
 //! never decide whether a lease has expired or a host is down.
 
 use crate::sandboxes::{event_from_row, EVENT_COLS};
-use crate::{Backend, Col, EventRow, Store, StoreError};
+use crate::{now_sql, Backend, Col, EventRow, Store, StoreError};
 
 /// A host of the cluster as registered by its heartbeats.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,14 +27,6 @@ pub struct HostRow {
     /// The database's clock when the row was read, Unix ms: `now_ms - heartbeat_at` is the
     /// heartbeat's age without trusting the reader's clock.
     pub now_ms: i64,
-}
-
-/// SQL for the database's clock in Unix ms.
-fn now_sql(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
-        Backend::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
-    }
 }
 
 impl Store {

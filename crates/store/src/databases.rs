@@ -43,20 +43,9 @@ impl Store {
     /// # Errors
     /// [`StoreError::Db`].
     pub async fn put_database(&self, d: &DatabaseRow) -> Result<(), StoreError> {
-        let cols: Vec<&str> = COLS.split(',').map(str::trim).collect();
-        let sql = format!(
-            "INSERT INTO databases ({COLS}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {}",
-            (1..=cols.len())
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            cols[1..]
-                .iter()
-                .map(|c| format!("{c} = excluded.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        sqlx::query(&sql)
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| crate::upsert_sql("databases", COLS));
+        sqlx::query(&SQL)
             .bind(&d.id)
             .bind(&d.workspace_id)
             .bind(&d.label)

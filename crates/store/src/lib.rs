@@ -140,14 +140,34 @@ impl Store {
     /// # Errors
     /// [`StoreError::Db`].
     pub async fn db_now_ms(&self) -> Result<i64, StoreError> {
-        let sql = match self.backend {
-            Backend::Postgres => {
-                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
-            }
-            Backend::Sqlite => "SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
-        };
-        Ok(sqlx::query(sql).fetch_one(&self.pool).await?.try_get(0)?)
+        let sql = format!("SELECT {}", now_sql(self.backend));
+        Ok(sqlx::query(&sql).fetch_one(&self.pool).await?.try_get(0)?)
     }
+}
+
+/// SQL for the database's clock in Unix ms (an expression, for use inside statements).
+pub(crate) fn now_sql(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        Backend::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+    }
+}
+
+/// `INSERT INTO {table} ({cols}) VALUES ($1, ...) ON CONFLICT (id) DO UPDATE SET` every column
+/// but the first (the `id` key): the whole-row upsert both SQL dialects accept. `cols` is a
+/// comma-separated list starting with `id`; binds follow its order.
+pub(crate) fn upsert_sql(table: &str, cols: &str) -> String {
+    let names: Vec<&str> = cols.split(',').map(str::trim).collect();
+    let params: Vec<String> = (1..=names.len()).map(|i| format!("${i}")).collect();
+    let updates: Vec<String> = names[1..]
+        .iter()
+        .map(|c| format!("{c} = excluded.{c}"))
+        .collect();
+    format!(
+        "INSERT INTO {table} ({cols}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {}",
+        params.join(", "),
+        updates.join(", ")
+    )
 }
 
 /// Milliseconds since the Unix epoch.

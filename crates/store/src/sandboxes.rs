@@ -94,18 +94,9 @@ impl Store {
     /// # Errors
     /// [`StoreError::Db`] or [`StoreError::Json`].
     pub async fn put_sandbox(&self, s: &SandboxRow) -> Result<(), StoreError> {
-        let cols: Vec<&str> = SANDBOX_COLS.split(',').map(str::trim).collect();
-        let sql =
-            format!(
-            "INSERT INTO sandboxes ({SANDBOX_COLS}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {}",
-            (1..=cols.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", "),
-            cols[1..]
-                .iter()
-                .map(|c| format!("{c} = excluded.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        sqlx::query(&sql)
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| crate::upsert_sql("sandboxes", SANDBOX_COLS));
+        sqlx::query(&SQL)
             .bind(&s.id)
             .bind(&s.workspace_id)
             .bind(&s.template)

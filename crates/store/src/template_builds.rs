@@ -34,20 +34,9 @@ impl Store {
     /// # Errors
     /// [`StoreError::Db`] (e.g. an unknown workspace).
     pub async fn put_template_build(&self, b: &TemplateBuildRow) -> Result<(), StoreError> {
-        let cols: Vec<&str> = COLS.split(',').map(str::trim).collect();
-        let sql = format!(
-            "INSERT INTO template_builds ({COLS}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {}",
-            (1..=cols.len())
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            cols[1..]
-                .iter()
-                .map(|c| format!("{c} = excluded.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        sqlx::query(&sql)
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| crate::upsert_sql("template_builds", COLS));
+        sqlx::query(&SQL)
             .bind(&b.id)
             .bind(&b.workspace_id)
             .bind(&b.name)
