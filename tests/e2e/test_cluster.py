@@ -232,10 +232,9 @@ def test_from_snapshot_lands_on_the_host_holding_the_image_with_kernel_state(cle
     snap = sb.snapshot()
     restored = client.sandboxes.create(from_snapshot=snap)
     assert clean.call(clean.a, "GET", f"/v1/sandboxes/{restored.id}").json()["host"] == "b"
-    # The code context's handle is the snapshot's: the kernel and its DataFrame came along.
-    from pandastack.sandbox import CodeContext
-
-    again = CodeContext(restored, ctx.id)
+    # A context re-opened on the restored sandbox reaches the snapshot's kernel (as on one
+    # host): its DataFrame came along.
+    again = restored.create_code_context()
     assert again.run_code("int(df['v'].sum())").text == str(sum(range(100000)))
     r = clean.call(clean.a, "DELETE", f"/v1/snapshots/{snap}")
     assert r.status_code == 204, r.text

@@ -79,16 +79,20 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 }
 
 /// Sends `req` to `target` with request target `path` (path and query) and returns its
-/// response, streaming.
+/// response, streaming. `abandon` is how long to wait for the response's head: when it
+/// completes first (with why), the relay gives up. The port proxy never gives up (a sandbox's
+/// app may think for long); a host relay gives up once the other host is down (a stopped
+/// process still accepts connections through its kernel's backlog, and never answers).
 ///
 /// # Errors
 /// [`RelayError::Connect`] when `target` does not accept; [`RelayError::Upstream`] when it
-/// does not answer HTTP.
+/// does not answer HTTP, or `abandon` completed first.
 pub async fn relay<G: Send + Unpin + 'static>(
     target: SocketAddr,
     mut req: Request,
     path: &str,
     guard: G,
+    abandon: impl std::future::Future<Output = String>,
 ) -> Result<Response, RelayError> {
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(target))
         .await
@@ -113,10 +117,12 @@ pub async fn relay<G: Send + Unpin + 'static>(
     parts.version = axum::http::Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers, upgrade);
 
-    let mut resp = sender
-        .send_request(Request::from_parts(parts, body))
-        .await
-        .map_err(|e| RelayError::Upstream(e.to_string()))?;
+    let mut resp = tokio::select! {
+        resp = sender.send_request(Request::from_parts(parts, body)) => {
+            resp.map_err(|e| RelayError::Upstream(e.to_string()))?
+        }
+        why = abandon => return Err(RelayError::Upstream(why)),
+    };
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(client) = client_upgrade {
             let upstream = hyper::upgrade::on(&mut resp);

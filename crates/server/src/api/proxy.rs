@@ -279,7 +279,7 @@ async fn forward(
         h.insert("x-forwarded-host", host);
     }
     h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
-    relay(target, req, path, activity).await
+    relay(target, req, path, activity, std::future::pending()).await
 }
 
 /// Removes our preview cookies from the `Cookie` headers (the sandbox's own cookies stay).

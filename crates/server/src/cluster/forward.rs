@@ -32,13 +32,41 @@ pub async fn route(State(st): State<AppState>, req: Request, next: Next) -> Resp
     };
     match owner {
         Some(h) if h.name != cluster.cfg.host_name && !is_down(&h) => {
-            match to_host(&cluster, &h, req, ()).await {
-                Ok(resp) => resp,
-                Err(e) => e.into_response(),
+            // A request without a body can still be answered here (from the store) when the
+            // owner turns out to be unreachable or goes down while it is asked.
+            let retry = bodiless(&req).then(|| copy_head(&req));
+            match (to_host(&cluster, &h, req, ()).await, retry) {
+                (Ok(resp), _) => resp,
+                (Err(ApiError::BadGateway(why)), Some(again)) => {
+                    debug!(host = %h.name, %why, "owner did not answer; answering from the store");
+                    next.run(again).await
+                }
+                (Err(e), _) => e.into_response(),
             }
         }
         _ => next.run(req).await,
     }
+}
+
+/// Whether `req` carries no body (GET, HEAD, DELETE without content), so it can be sent twice.
+fn bodiless(req: &Request) -> bool {
+    matches!(*req.method(), Method::GET | Method::HEAD | Method::DELETE)
+        && req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .is_none_or(|v| v.as_bytes() == b"0")
+        && !req
+            .headers()
+            .contains_key(axum::http::header::TRANSFER_ENCODING)
+}
+
+/// A copy of `req`'s head with an empty body (for [`bodiless`] requests).
+fn copy_head(req: &Request) -> Request {
+    let mut again = Request::new(axum::body::Body::empty());
+    *again.method_mut() = req.method().clone();
+    *again.uri_mut() = req.uri().clone();
+    *again.headers_mut() = req.headers().clone();
+    again
 }
 
 /// Whether `req` was relayed by another host of this cluster.
@@ -89,7 +117,7 @@ fn segment_after<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
 /// byte of the response.
 ///
 /// # Errors
-/// 502 when `h` cannot be reached or does not answer HTTP; 500 for an advertise URL that is
+/// 502 when `h` cannot be reached, does not answer HTTP, or goes down before it answers; 500 for an advertise URL that is
 /// not `http://HOST:PORT`.
 pub async fn to_host<G: Send + Unpin + 'static>(
     cluster: &Cluster,
@@ -116,14 +144,16 @@ pub async fn to_host<G: Send + Unpin + 'static>(
         headers.insert(NODE_TOKEN_HEADER, v);
     }
     debug!(host = %h.name, path = %path, "relaying to the owning host");
-    relay(target, req, &path, guard).await.map_err(|e| match e {
-        RelayError::Connect(e) => {
-            ApiError::BadGateway(format!("host {} is unreachable: {e}", h.name))
-        }
-        RelayError::Upstream(e) => {
-            ApiError::BadGateway(format!("host {} did not answer: {e}", h.name))
-        }
-    })
+    relay(target, req, &path, guard, cluster.gone(&h.name))
+        .await
+        .map_err(|e| match e {
+            RelayError::Connect(e) => {
+                ApiError::BadGateway(format!("host {} is unreachable: {e}", h.name))
+            }
+            RelayError::Upstream(e) => {
+                ApiError::BadGateway(format!("host {} did not answer: {e}", h.name))
+            }
+        })
 }
 
 /// The socket address of an `http://HOST:PORT` advertise URL (resolved).

@@ -33,6 +33,9 @@ use tracing::{debug, info, warn};
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 /// A host whose last heartbeat is older than this is `down`, ms.
 pub const DOWN_AFTER_MS: i64 = 20_000;
+
+/// How often a relay waiting for another host's answer checks whether that host went down.
+pub const GONE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 /// How often a host renews its leases (seed 003: every 10 s).
 pub const RENEW: Duration = Duration::from_secs(10);
 /// How often a host collects expired leases.
@@ -137,6 +140,23 @@ impl Cluster {
     /// Store errors.
     pub async fn hosts(&self) -> Result<Vec<HostRow>, pandastack_store::StoreError> {
         self.store.hosts().await
+    }
+
+    /// Completes (with why) once host `name` is down or no longer registered, looking every
+    /// [`GONE_POLL`]; a store error counts as not gone (the next look decides). What a relay to
+    /// that host waits on besides its answer.
+    pub async fn gone(&self, name: &str) -> String {
+        loop {
+            tokio::time::sleep(GONE_POLL).await;
+            match self.hosts().await {
+                Ok(hosts) => match hosts.iter().find(|h| h.name == name) {
+                    Some(h) if !is_down(h) => {}
+                    Some(_) => return format!("host {name} went down"),
+                    None => return format!("host {name} left the cluster"),
+                },
+                Err(e) => debug!(error = %e, "looking up hosts"),
+            }
+        }
     }
 
     /// Starts the background tasks: the heartbeat always; with a shared store also the lease
