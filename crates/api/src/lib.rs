@@ -129,7 +129,9 @@ pub struct Sandbox {
     /// Size of the sandbox's disk, MiB (an extra key; null for sandboxes made before disks).
     #[serde(default)]
     pub disk_mb: Option<u32>,
-    /// Name of the host the sandbox lives on (issue 12); any host answers for it.
+    /// Name of the host the sandbox lives on (issue 12); any host answers for it. Empty from
+    /// a server that does not send it (before issue 12).
+    #[serde(default)]
     pub host: String,
 }
 
