@@ -302,7 +302,8 @@ cargo_test() {
 make_venv() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || return 1
   "$VENV/bin/pip" install -q --disable-pip-version-check \
-    'pandastack==0.10.0' pytest pytest-timeout requests prometheus_client 'mcp==2.3.0'
+    'pandastack==0.10.0' pytest pytest-timeout requests prometheus_client 'mcp==2.3.0' \
+    'schemathesis==4.32.5' 'openapi-spec-validator==0.9.0'
 }
 
 npm_install() {

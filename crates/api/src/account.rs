@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// `GET /v1/me`: the workspace the key belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Me {
     /// `ws-` + 32 hex digits.
     pub workspace_id: String,
@@ -14,6 +15,7 @@ pub struct Me {
 /// `GET /v1/sandboxes/{id}/metrics` (seed 003 "health monitor"): figures from the sandbox's
 /// cgroup; zero while it has no instance (hibernated).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SandboxMetrics {
     pub sandbox_id: String,
     pub status: String,

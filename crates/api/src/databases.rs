@@ -8,56 +8,98 @@ use serde::{Deserialize, Serialize};
 /// `memory_mb`, `label`, `size`, `always_on`); `storage_mb` is REST and CLI only. Unknown
 /// keys are a 400 naming the field.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateDatabase {
     /// Free text shown in listings; also names the database inside (`agent-memory` ->
-    /// `agent_memory`). At most 128 characters.
+    /// `agent_memory`). At most 128 characters, no control characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 128, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")
+    )]
     pub label: Option<String>,
-    /// RAM tier: `1g` (default), `4g` or `16g`.
+    /// RAM tier: `1g` (default), `4g` or `16g` (any case).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(1|4|16)[gG]$"))]
     pub size: Option<String>,
     /// True: never stopped when idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub always_on: Option<bool>,
     /// Storage size, MiB (default 5120, at least 256). Can grow later (`PATCH`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::opt_int"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 256, maximum = 1048576))]
     pub storage_mb: Option<u64>,
-    /// Whole CPUs of the cluster's CPU quota (default 2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Whole CPUs of the cluster's CPU quota (default 2, at most 64).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::opt_int"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 64))]
     pub cpu: Option<u32>,
     /// MiB; must be a tier's memory (1024, 4096, 16384) and agree with `size` if both given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::opt_int"
+    )]
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::schema::tier_memory))]
     pub memory_mb: Option<u64>,
 }
 
 /// `POST /v1/databases/{id}/clone` body.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CloneDatabase {
-    /// Label of the clone (default: `<source label> (clone)`).
+    /// Label of the clone (default: `<source label> (clone)`); as `CreateDatabase.label`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 128, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")
+    )]
     pub label: Option<String>,
     /// RAM tier of the clone (default: the source's): the way to resize.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(1|4|16)[gG]$"))]
     pub size: Option<String>,
-    /// Point-in-time clone from archived WAL: not supported here (400).
+    /// Point-in-time clone from archived WAL (an RFC 3339 time): not supported by this
+    /// server, so only absent or `null` is accepted (any value: 400 naming it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::schema::unsupported))]
     pub target_time: Option<String>,
     /// Storage of the clone, MiB (default: the source's; never less).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::opt_int"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 256, maximum = 1048576))]
     pub storage_mb: Option<u64>,
 }
 
 /// `PATCH /v1/databases/{id}` body.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct UpdateDatabase {
+    /// True: never stopped when idle (a stopped database starts now); false: stopped again
+    /// after its idle time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub always_on: Option<bool>,
     /// A larger storage size, MiB (storage never shrinks). The cluster stops for about a
     /// second while its filesystem grows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::opt_int"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 256, maximum = 1048576))]
     pub storage_mb: Option<u64>,
 }
 
@@ -65,6 +107,7 @@ pub struct UpdateDatabase {
 /// `connection_url`) are present in `GET /v1/databases/{id}` and the replies of create, clone,
 /// reset-credentials and update, and absent from listings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Database {
     /// UUID.
     pub id: String,
@@ -114,18 +157,21 @@ pub struct Database {
 
 /// `GET /v1/databases` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DatabaseList {
     pub items: Vec<Database>,
 }
 
 /// `GET /v1/databases/{id}/connection` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DatabaseConnection {
     pub connection_url: String,
 }
 
 /// `POST /v1/databases/{id}/wake` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DatabaseWake {
     pub id: String,
     /// `running` once the cluster accepts connections.
@@ -136,6 +182,7 @@ pub struct DatabaseWake {
 
 /// `POST /v1/databases` and `.../clone` reply (202): the new id, and `provisioning`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DatabaseAccepted {
     pub id: String,
     pub status: String,
@@ -145,6 +192,7 @@ pub struct DatabaseAccepted {
 /// data of each `event: database` of the `GET /v1/events` stream (SSE `id:` is `seq`, shared
 /// with the sandbox transitions).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DatabaseEvent {
     pub seq: i64,
     pub database_id: String,

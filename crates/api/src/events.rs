@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 /// One state transition of a sandbox: an element of `GET /v1/sandboxes/{id}/events` and the
 /// data of each `event: transition` of the `GET /v1/events` stream (whose SSE `id:` is `seq`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     /// Increasing per server; resume a stream after it with `?since=` or `Last-Event-ID`.
     pub seq: i64,

@@ -5,26 +5,33 @@ use std::collections::BTreeMap;
 
 /// `POST /v1/sandboxes/{id}/fork` body; may be absent (Py sends none, TS an empty text body).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
     /// Metadata of the child (added to `parent_id` and `fork_tree_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::schema::metadata_map))]
     pub metadata: Option<BTreeMap<String, String>>,
 }
 
 /// `POST /v1/sandboxes/{id}/fork-tree` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ForkTreeRequest {
-    /// Number of children, 1 to the server's limit.
+    /// Number of children, 1 to 16.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 16))]
+    #[serde(deserialize_with = "crate::de::int")]
     pub count: usize,
     /// Metadata of every child.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::schema::metadata_map))]
     pub metadata: Option<BTreeMap<String, String>>,
 }
 
 /// `POST /v1/sandboxes/{id}/promote` body (both SDKs always send `cleanup_siblings`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PromoteRequest {
     /// The fork tree the child must belong to (checked when given).
@@ -37,6 +44,7 @@ pub struct PromoteRequest {
 
 /// `POST /v1/sandboxes/{id}/promote` reply: the child is now a standalone sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Promotion {
     /// The promoted sandbox.
     pub winner: String,

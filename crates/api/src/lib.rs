@@ -7,9 +7,12 @@ use std::collections::BTreeMap;
 
 mod account;
 mod databases;
+pub mod de;
 mod events;
 mod fork;
 mod repl;
+#[cfg(feature = "openapi")]
+mod schema;
 mod snapshots;
 mod stream;
 
@@ -27,15 +30,21 @@ pub use stream::{ExecChunk, ExecExit, LogLine, StreamError};
 /// `POST /v1/sandboxes` body (contract §2.1 "Create body"). Unknown keys are rejected so that a
 /// typo is a 400 naming the field.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
-    /// Template name. Ignored with `from_snapshot` (the snapshot decides; contract §2.1).
+    /// Template name (1-63 of `a-z`, `0-9`, `-`, not starting with `-`). Ignored with
+    /// `from_snapshot` (the snapshot decides; contract §2.1).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$"))]
     pub template: Option<String>,
     /// Seconds until the sandbox is killed, refreshed by any API activity. Default 3600.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 2592000))]
+    #[serde(deserialize_with = "crate::de::opt_int")]
     pub ttl_seconds: Option<i64>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::schema::metadata_map))]
     pub metadata: Option<BTreeMap<String, String>>,
     /// True: ignore the TTL; the idle sweeper hibernates instead (seed 003).
     #[serde(default)]
@@ -45,9 +54,11 @@ pub struct CreateSandbox {
     pub from_snapshot: Option<String>,
     /// Volumes to attach: `[{"name", "read_only"}]`.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 0))]
     pub volumes: Option<Vec<VolumeMount>>,
     /// Environment for every exec and kernel of the sandbox. Never echoed back.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(schema_with = schema::env_map))]
     pub envs: Option<BTreeMap<String, String>>,
     /// False: no egress at all (the E2B name). Default: the server's `--sandbox-egress`.
     /// REST only: the published SDKs send neither this nor `network` (issue 7).
@@ -60,14 +71,18 @@ pub struct CreateSandbox {
     /// is a 400; with `from_snapshot` the snapshot's sizes win and it is ignored. The SDKs no
     /// longer send it (contract §2.1).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u32>, minimum = 1))]
     pub cpu: Option<serde_json::Value>,
     /// MiB; as `cpu`.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u32>, minimum = 1))]
     pub memory_mb: Option<serde_json::Value>,
     /// Size of the sandbox's disk (its writable root and `/tmp`), MiB; writes past it fail
     /// with ENOSPC inside the sandbox. Default: the server's `--default-disk-mb` (10240).
-    /// With `from_snapshot` the snapshot's size wins.
-    #[serde(default)]
+    /// With `from_snapshot` the snapshot's size wins. At least 256; above the server's
+    /// `--max-disk-mb` a 400 naming `disk_mb`.
+    #[serde(default, deserialize_with = "crate::de::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 256))]
     pub disk_mb: Option<u32>,
     /// Placement hint (issue 12): the name of the host to create on, instead of the
     /// scheduler's choice. REST only (operators, tests); 400 for an unknown host, 503 when it
@@ -80,6 +95,7 @@ pub struct CreateSandbox {
 /// `A.B.C.D/N:PORT`. `allow_out` wins over `deny_out` and opens even the ranges blocked by
 /// default (private ranges, link-local, the host, other sandboxes).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SandboxNetwork {
     #[serde(default)]
@@ -90,6 +106,7 @@ pub struct SandboxNetwork {
 
 /// One volume in a create body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VolumeMount {
     pub name: String,
     #[serde(default)]
@@ -98,6 +115,7 @@ pub struct VolumeMount {
 
 /// A sandbox as the API returns it (contract §7 "Sandbox JSON").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Sandbox {
     /// UUID.
     pub id: String,
@@ -137,17 +155,27 @@ pub struct Sandbox {
 
 /// `POST .../exec` and `.../exec/stream` body (contract §2.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
+    /// The command line: not blank, no NUL.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[^\\x00]*[^ \\t\\n\\r\\x0b\\x0c\\x00][^\\x00]*$")
+    )]
     pub cmd: String,
-    /// Kill the command's process group after this many seconds. Default 60; 0 = no limit.
-    #[serde(default)]
+    /// Kill the command's process group after this many seconds (at most 30 days). Default
+    /// 300; 0 = no limit.
+    #[serde(default, deserialize_with = "crate::de::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2592000))]
     pub timeout_seconds: Option<u64>,
     /// Extra environment for this command.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(schema_with = schema::env_map))]
     pub env: Option<BTreeMap<String, String>>,
-    /// Working directory; default `/workspace`.
+    /// Working directory; default `/workspace`. No NUL.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\x00]*$"))]
     pub cwd: Option<String>,
     /// Stream only: keep the command running when the client disconnects.
     #[serde(default)]
@@ -157,6 +185,7 @@ pub struct ExecRequest {
 /// `POST .../exec` reply (contract §4 ExecResult). Output that is not UTF-8 is decoded lossily.
 /// A command killed at its timeout is not an ExecResult but a 504 (contract §7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExecResult {
     pub stdout: String,
     pub stderr: String,
@@ -171,9 +200,14 @@ pub struct ExecResult {
 
 /// `POST .../repl/sessions` body.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateContext {
     #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^([Pp][Yy]([Tt][Hh][Oo][Nn]3?)?)$")
+    )]
     pub language: Option<String>,
     /// Accepted for E2B-style clients: working directory of the kernel (ignored when adopting).
     #[serde(default)]
@@ -182,6 +216,7 @@ pub struct CreateContext {
 
 /// A code context (contract §2.2: the SDKs read only `id`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CodeContext {
     pub id: String,
     pub language: String,
@@ -193,16 +228,20 @@ pub struct CodeContext {
 
 /// `POST .../repl/sessions/{ctx}/run` body (contract §2.3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunCode {
     pub code: String,
-    /// Interrupt the run after this many ms; the kernel keeps its state. Default: no limit.
-    #[serde(default)]
+    /// Interrupt the run after this many ms (at most 30 days); the kernel keeps its state.
+    /// Default: no limit.
+    #[serde(default, deserialize_with = "crate::de::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 2592000000_u64))]
     pub timeout_ms: Option<u64>,
 }
 
 /// A kernel run's result (contract §4 Execution). `exit` and `exit_code` carry the same value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Execution {
     /// MIME bundles with string values; images base64, `application/json` a JSON string.
     pub results: Vec<BTreeMap<String, String>>,
@@ -216,6 +255,7 @@ pub struct Execution {
 
 /// A file or directory (contract §2.4 FileInfo).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileInfo {
     pub name: String,
     pub path: String,
@@ -230,6 +270,7 @@ pub struct FileInfo {
 
 /// `GET .../fs/dir` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DirListing {
     pub path: String,
     pub entries: Vec<FileInfo>,
@@ -237,6 +278,7 @@ pub struct DirListing {
 
 /// `PUT .../fs` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WriteResult {
     pub path: String,
     /// Bytes written.
@@ -245,6 +287,7 @@ pub struct WriteResult {
 
 /// `GET/PATCH .../lifecycle` (contract §2.2; seed 003).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Lifecycle {
     pub ttl_seconds: i64,
     pub persistent: bool,
@@ -254,9 +297,12 @@ pub struct Lifecycle {
 
 /// `PATCH .../lifecycle` body: only the keys given change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LifecyclePatch {
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 2592000))]
+    #[serde(deserialize_with = "crate::de::opt_int")]
     pub ttl_seconds: Option<i64>,
     #[serde(default)]
     pub persistent: Option<bool>,
@@ -265,6 +311,7 @@ pub struct LifecyclePatch {
 /// A template (contract §2.8 Template keys): a built-in (`is_global`, no `workspace`) or one a
 /// workspace built (`workspace` = its id).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Template {
     pub name: String,
     pub generation: i64,
@@ -297,6 +344,7 @@ pub struct Template {
 
 /// A template build (contract §2.8 TemplateBuild keys, plus what the build produced).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TemplateBuild {
     /// `bld-` + 32 hex digits.
     pub id: String,
@@ -330,15 +378,20 @@ pub struct TemplateBuild {
 
 /// `POST /v1/me/tokens` body (contract §2.9).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreateToken {
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 200))]
     pub label: Option<String>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3650))]
+    #[serde(deserialize_with = "crate::de::opt_int")]
     pub expires_in_days: Option<i64>,
 }
 
 /// A token; `token` (the secret) is present only in the create reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Token {
     pub prefix: String,
     pub name: String,
@@ -352,12 +405,14 @@ pub struct Token {
 
 /// `GET .../ports` reply (contract §2.2: the SDKs read `ports[].port`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Ports {
     pub ports: Vec<Port>,
 }
 
 /// A TCP port listening inside a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Port {
     pub port: u16,
     pub listening: bool,
@@ -370,16 +425,21 @@ pub struct Port {
 
 /// `POST .../preview-token` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PreviewTokenRequest {
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 65535))]
+    #[serde(deserialize_with = "crate::de::int")]
     pub port: u16,
     /// Lifetime of the token, seconds (default 3600, at most 7 days).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::de::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 604800))]
     pub ttl_seconds: Option<u64>,
 }
 
 /// `POST .../preview-token` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PreviewToken {
     /// A URL a browser can open as is (the token in it becomes a cookie).
     pub url: String,
@@ -390,6 +450,7 @@ pub struct PreviewToken {
 
 /// Every error reply: `{"error": "<message>"}` (contract §7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub error: String,
 }

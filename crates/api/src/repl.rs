@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A live kernel in a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KernelInfo {
     pub kernel_id: String,
     /// `python`.
@@ -17,6 +18,7 @@ pub struct KernelInfo {
 
 /// An open code context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReplSession {
     /// `ctx-` + 32 hex digits.
     pub id: String,
@@ -28,6 +30,7 @@ pub struct ReplSession {
 
 /// A live kernel as `GET .../repl/sessions` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReplKernel {
     pub kernel_id: String,
     pub language: String,
@@ -41,6 +44,7 @@ pub struct ReplKernel {
 /// `GET /v1/sandboxes/{id}/repl/sessions`: open contexts and live kernels (neither published
 /// SDK calls it; contract §2.3 "no call lists sessions").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReplSessions {
     pub sessions: Vec<ReplSession>,
     pub kernels: Vec<ReplKernel>,

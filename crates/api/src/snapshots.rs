@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// `GET /v1/snapshots/{id}`. The Python SDK reads `id` (then `snapshot_id`), the TypeScript SDK
 /// keeps the whole object (contract §2.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Snapshot {
     /// `snap-` + 32 hex digits.
     pub id: String,
@@ -28,6 +29,7 @@ pub struct Snapshot {
 /// `GET /v1/snapshots[?sandbox_id=]` and `GET /v1/sandboxes/{id}/snapshots`: the envelope both
 /// SDKs read (`items` is not read, contract §2.7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnapshotList {
     pub snapshots: Vec<Snapshot>,
 }

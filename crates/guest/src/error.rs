@@ -33,16 +33,19 @@ impl OpError {
         Self::new(ErrorCode::Kernel, message)
     }
 
-    /// Maps an OS error on `what` (usually a path) to a category: missing -> NotFound, a
-    /// directory where a file was expected (or the reverse) -> Invalid, read-only or not
-    /// permitted -> Denied, disk full -> NoSpace, anything else -> Io.
+    /// Maps an OS error on `what` (usually a path) to a category: missing -> NotFound; what the
+    /// caller can fix (a directory where a file was expected or the reverse, a name too long, a
+    /// symlink loop) -> Invalid; read-only or not permitted -> Denied; disk full -> NoSpace;
+    /// anything else -> Io.
     pub fn io(what: &str, err: &io::Error) -> Self {
         let code = match err.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => ErrorCode::NotFound,
             Some(libc::EISDIR)
             | Some(libc::EEXIST)
             | Some(libc::ENOTEMPTY)
-            | Some(libc::EINVAL) => ErrorCode::Invalid,
+            | Some(libc::EINVAL)
+            | Some(libc::ENAMETOOLONG)
+            | Some(libc::ELOOP) => ErrorCode::Invalid,
             Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => ErrorCode::Denied,
             Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorCode::NoSpace,
             _ if err.kind() == io::ErrorKind::NotFound => ErrorCode::NotFound,
@@ -85,5 +88,9 @@ mod tests {
         assert_eq!(e.message, "/.pandastack/x: read-only file system");
         let e = OpError::io("/d", &io::Error::from_raw_os_error(libc::EIO));
         assert_eq!(e.code, ErrorCode::Io);
+        for errno in [libc::ENAMETOOLONG, libc::ELOOP] {
+            let e = OpError::io("/l", &io::Error::from_raw_os_error(errno));
+            assert_eq!(e.code, ErrorCode::Invalid, "errno {errno}");
+        }
     }
 }

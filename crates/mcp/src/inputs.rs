@@ -23,6 +23,22 @@ pub struct CreateSandbox {
     /// True: never killed by the TTL; hibernated (memory saved to disk) after 5 idle minutes.
     #[serde(default)]
     pub persistent: Option<bool>,
+    /// False: no internet from the sandbox (default: the server's policy, usually allowed).
+    #[serde(default)]
+    pub allow_internet_access: Option<bool>,
+}
+
+/// `preview_url`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewUrl {
+    /// The sandbox id.
+    pub sandbox_id: String,
+    /// A TCP port a server listens on in the sandbox (on 0.0.0.0), 1 to 65535.
+    pub port: u16,
+    /// How long the URL works, seconds (default 3600, at most 7 days).
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
 }
 
 /// Tools that take only a sandbox.

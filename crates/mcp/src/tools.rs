@@ -58,6 +58,8 @@ pub fn definitions() -> Vec<Tool> {
         tool::<Fork>("fork", "Copy a running sandbox (memory and files) into 1-16 independent children, e.g. to try several approaches from one state; the parent keeps running. Returns the children as JSON."),
         tool::<SandboxId>("pause", "Pause a running sandbox: no CPU, memory kept; resume continues exactly where it was."),
         tool::<SandboxId>("resume", "Resume a paused sandbox."),
+        tool::<SandboxId>("list_ports", "List the TCP ports servers listen on in the sandbox (e.g. after starting a web app), with their proxy paths."),
+        tool::<PreviewUrl>("preview_url", "Get a signed URL a browser can open for a port of the sandbox (a web app or notebook the sandbox serves)."),
         tool::<CreateDatabase>("create_database", "Create a PostgreSQL database that this workspace's sandboxes (and nothing else) can reach, and wait until it runs. Returns it as JSON; pass its `connection_url` to a sandbox (e.g. as the env DATABASE_URL of exec) so data outlives the sandbox."),
         tool::<Nothing>("list_databases", "List this workspace's databases as JSON (id, label, status, size, port), without credentials."),
         tool::<DatabaseId>("database_connection", "The connection URL of a database: postgres://USER:PASSWORD@HOST:PORT/DATABASE, reachable from the workspace's sandboxes."),
@@ -96,6 +98,7 @@ pub async fn call(
                     ttl_seconds: a.ttl_seconds,
                     metadata: a.metadata,
                     persistent: a.persistent,
+                    allow_internet_access: a.allow_internet_access,
                     ..Default::default()
                 })
                 .await?;
@@ -210,6 +213,20 @@ pub async fn call(
                 sb.resume().await?
             };
             ok(render::json(&after))
+        }
+        "list_ports" => {
+            let a: inputs::SandboxId = args(raw)?;
+            ok(render::json(
+                &sandbox(client, &a.sandbox_id).await?.ports().await?,
+            ))
+        }
+        "preview_url" => {
+            let a: inputs::PreviewUrl = args(raw)?;
+            let t = sandbox(client, &a.sandbox_id)
+                .await?
+                .preview_token(a.port, a.ttl_seconds)
+                .await?;
+            ok(render::json(&t))
         }
         "create_database" => {
             let a: inputs::CreateDatabase = args(raw)?;

@@ -307,7 +307,7 @@ impl Sandbox {
     /// deleting its siblings (contract §2.1 `promote`).
     ///
     /// # Errors
-    /// [`crate::Error::BadRequest`] when it is not a fork child (or not of `tree_id`).
+    /// [`crate::Error::Conflict`] when it is not a fork child (or not of `tree_id`).
     pub async fn promote(&self, req: api::PromoteRequest) -> Result<api::Promotion> {
         let call = self.call(Method::POST, &["promote"]).json(&req)?;
         self.client.json(call).await

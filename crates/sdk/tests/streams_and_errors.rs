@@ -226,6 +226,34 @@ async fn lifecycle_events_and_errors(client: &Client) {
     assert_eq!(promoted.winner, child.id());
     assert!(matches!(
         sb.promote(PromoteRequest::default()).await,
+        Err(Error::Conflict { .. })
+    ));
+    sb.exec("setsid python3 -m http.server 8000 --bind 0.0.0.0 > /dev/null 2>&1 &")
+        .await
+        .expect("start a listener");
+    let mut ports = Vec::new();
+    for _ in 0..50 {
+        ports = sb.ports().await.expect("ports");
+        if ports.iter().any(|p| p.port == 8000) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let p = ports
+        .iter()
+        .find(|p| p.port == 8000)
+        .expect("port 8000 listed");
+    assert!(
+        p.listening && p.proxy_url.ends_with("/proxy/8000/"),
+        "{p:?}"
+    );
+    let token = sb
+        .preview_token(8000, Some(60))
+        .await
+        .expect("preview token");
+    assert!(token.url.contains(&token.token), "{token:?}");
+    assert!(matches!(
+        sb.preview_token(0, None).await,
         Err(Error::BadRequest { .. })
     ));
     let m = sb.metrics().await.expect("metrics");
@@ -300,6 +328,13 @@ async fn lifecycle_events_and_errors(client: &Client) {
         .expect("tokens")
         .iter()
         .any(|t| t.prefix == token.prefix));
+    assert!(
+        matches!(
+            other.tokens().revoke(&token.prefix).await,
+            Err(Error::Conflict { .. })
+        ),
+        "a key cannot revoke itself"
+    );
     client.tokens().revoke(&token.prefix).await.expect("revoke");
     assert!(matches!(other.me().await, Err(Error::Auth { .. })));
     let templates = client.templates().list().await.expect("templates");

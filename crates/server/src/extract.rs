@@ -3,11 +3,12 @@
 use crate::error::ApiError;
 use axum::async_trait;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 /// A JSON body. An empty body (the SDKs send POSTs without parameters empty, with any or no
-/// content type; contract §1.2) decodes as `T::default()`. Errors name the field:
+/// content type; contract §1.2), or `null`, decodes as `T::default()`. Errors name the field:
 /// `invalid request body: ttl_seconds: invalid type: string "x", expected i64`.
 pub struct JsonBody<T>(pub T);
 
@@ -17,10 +18,26 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonBody<
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = body_bytes(req, state).await?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        if is_empty_or_null(&bytes) {
             return Ok(JsonBody(T::default()));
         }
         decode(&bytes).map(JsonBody)
+    }
+}
+
+/// Query parameters; a value of the wrong type is a 400 `{"error"}` naming it (axum's own
+/// rejection is plain text, which no client of this API expects).
+pub struct Query<T>(pub T);
+
+#[async_trait]
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(q)| Query(q))
+            .map_err(|e| ApiError::BadRequest(format!("invalid query string: {}", e.body_text())))
     }
 }
 
@@ -64,6 +81,12 @@ async fn body_bytes<S: Send + Sync>(req: Request, _state: &S) -> Result<Bytes, A
                 ApiError::BadRequest(format!("unreadable request body: {inner}"))
             }
         })
+}
+
+/// True for a body with no parameters: empty, whitespace, or the JSON `null`.
+fn is_empty_or_null(bytes: &[u8]) -> bool {
+    let text = bytes.trim_ascii();
+    text.is_empty() || text == b"null"
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -183,9 +206,16 @@ pub fn database_id(raw: &str) -> Result<String, ApiError> {
         .map_err(|_| ApiError::BadRequest(format!("database id '{}' is not a UUID", truncate(raw))))
 }
 
-/// Checks an in-sandbox path from `?path=`: absolute, no `..` component, no NUL, at most
-/// 4096 bytes. (The sandbox's own root is the only filesystem a path can reach; symlinks
-/// resolve inside gVisor, never on the host.)
+/// Longest in-sandbox path, characters (so at most 4096 bytes, Linux's `PATH_MAX`).
+pub const MAX_PATH_CHARS: usize = 1024;
+/// Longest path component, bytes (Linux's `NAME_MAX`).
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Checks an in-sandbox path from `?path=` and returns it normalised (`//` and `.` components
+/// dropped, no trailing `/`): absolute, no `..` component, no NUL, at most [`MAX_PATH_CHARS`]
+/// characters, components of at most [`MAX_NAME_BYTES`] bytes. The OpenAPI description states
+/// the same rule as a pattern (`api/fs.rs`). (The sandbox's own root is the only filesystem a
+/// path can reach; symlinks resolve inside gVisor, never on the host.)
 ///
 /// # Errors
 /// 400 naming the problem.
@@ -197,18 +227,31 @@ pub fn sandbox_path(raw: Option<&str>) -> Result<String, ApiError> {
             truncate(p)
         )));
     }
-    if p.len() > 4096 || p.contains('\0') {
-        return Err(ApiError::BadRequest(
-            "path is too long or contains NUL".into(),
-        ));
-    }
-    if p.split('/').any(|c| c == "..") {
+    if p.chars().count() > MAX_PATH_CHARS || p.contains('\0') {
         return Err(ApiError::BadRequest(format!(
-            "path '{}' must not contain '..'",
-            truncate(p)
+            "path is longer than {MAX_PATH_CHARS} characters or contains NUL"
         )));
     }
-    Ok(p.to_string())
+    let mut parts = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                return Err(ApiError::BadRequest(format!(
+                    "path '{}' must not contain '..'",
+                    truncate(p)
+                )))
+            }
+            name if name.len() > MAX_NAME_BYTES => {
+                return Err(ApiError::BadRequest(format!(
+                    "path component '{}...' is longer than {MAX_NAME_BYTES} bytes",
+                    truncate(name)
+                )))
+            }
+            name => parts.push(name),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
 }
 
 fn truncate(s: &str) -> String {
@@ -226,6 +269,13 @@ mod tests {
         assert!(sandbox_path(Some("relative")).is_err());
         assert!(sandbox_path(None).is_err());
         assert!(sandbox_path(Some("/a\0b")).is_err());
+        assert_eq!(sandbox_path(Some("//a/./b/")).ok().as_deref(), Some("/a/b"));
+        assert_eq!(sandbox_path(Some("/./")).ok().as_deref(), Some("/"));
+        assert_eq!(sandbox_path(Some("/...")).ok().as_deref(), Some("/..."));
+        assert!(sandbox_path(Some(&format!("/{}", "a".repeat(256)))).is_err());
+        assert!(sandbox_path(Some(&format!("/{}", "é".repeat(128)))).is_err());
+        assert!(sandbox_path(Some(&format!("/{}", "a".repeat(255)))).is_ok());
+        assert!(sandbox_path(Some(&"/a".repeat(513))).is_err());
     }
 
     #[test]

@@ -53,27 +53,10 @@ pub struct AppState {
 
 /// The whole HTTP application; tests call it directly.
 pub fn app(state: AppState) -> Router {
-    let v1 = Router::new()
-        .merge(api::sandboxes::router())
-        .merge(api::exec::router())
-        .merge(api::lifecycle::router())
-        .merge(api::snapshots::router())
-        .merge(api::fork::router())
-        .merge(api::events::router())
-        .merge(api::metrics::router())
-        .merge(api::logs::router())
-        .merge(api::fs::router())
-        .merge(api::repl::router())
-        .merge(api::templates::router())
-        .merge(api::template_builds::router())
-        .merge(api::tokens::router())
-        .merge(api::ports::router())
-        .merge(api::proxy::router())
-        .merge(api::databases::router())
-        .merge(api::hosts::router());
-    Router::new()
-        .nest("/v1", v1)
-        .nest_service("/mcp", api::mcp::service(state.clone()))
+    let (v1, _) = utoipa_axum::router::OpenApiRouter::new()
+        .nest("/v1", api::openapi::v1())
+        .split_for_parts();
+    v1.nest_service("/mcp", api::mcp::service(state.clone()))
         .route("/health", axum::routing::get(|| async { "ok" }))
         .route(
             "/metrics",

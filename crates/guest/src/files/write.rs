@@ -142,9 +142,14 @@ fn open(path: &str, id: RequestId) -> Result<(File, PathBuf, PathBuf), OpError> 
         return Err(OpError::invalid(format!("{path} is a directory")));
     }
     std::fs::create_dir_all(parent).map_err(|e| OpError::io(&parent.to_string_lossy(), &e))?;
+    // `.NAME.pandastack-upload-ID` while that fits in a name (255 bytes); a longer NAME would
+    // make the temp file's own name too long, so then `.pandastack-upload-ID`.
+    let suffix = format!(".pandastack-upload-{id}");
     let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".pandastack-upload-{id}"));
+    if name.len() + 1 + suffix.len() <= 255 {
+        tmp_name.push(name);
+    }
+    tmp_name.push(&suffix);
     let tmp = parent.join(tmp_name);
     let file = File::create(&tmp).map_err(|e| OpError::io(path, &e))?;
     if let Some(meta) = existing {
@@ -189,6 +194,14 @@ mod tests {
             ErrorCode::Invalid
         );
         assert!(up.chunk(4, b"swallowed").is_ok());
+
+        // A name of the longest length still gets a temp file (a shorter name of its own).
+        let long = dir.join("n".repeat(255));
+        let long_s = long.to_string_lossy().into_owned();
+        up.begin(5, &long_s).unwrap();
+        up.chunk(5, b"long").unwrap();
+        up.end(&sink(), 5).unwrap();
+        assert_eq!(std::fs::read(&long).unwrap(), b"long");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

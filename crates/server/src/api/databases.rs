@@ -2,6 +2,7 @@
 //! reset-credentials, update, wake, clone, failover (501 on one host) and a database's events.
 
 use super::detached;
+use super::openapi::{BodyTooLarge, Errors, HostStorage};
 use crate::auth::Caller;
 use crate::databases::create::NewDatabase;
 use crate::databases::{DatabaseState, Databases, LiveDb, NO_FAILOVER};
@@ -10,25 +11,35 @@ use crate::extract::{database_id, JsonBody};
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use pandastack_api::{
     CloneDatabase, CreateDatabase, Database, DatabaseAccepted, DatabaseConnection, DatabaseEvent,
     DatabaseList, DatabaseWake, UpdateDatabase,
 };
 use pandastack_store::EventRow;
 use std::sync::Arc;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/databases", get(list).post(create))
-        .route("/databases/:id", get(get_one).delete(delete).patch(update))
-        .route("/databases/:id/connection", get(connection))
-        .route("/databases/:id/reset-credentials", post(reset_credentials))
-        .route("/databases/:id/wake", post(wake))
-        .route("/databases/:id/clone", post(clone))
-        .route("/databases/:id/failover", post(failover))
-        .route("/databases/:id/events", get(events))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(get_one, delete, update))
+        .routes(routes!(connection))
+        .routes(routes!(reset_credentials))
+        .routes(routes!(wake))
+        .routes(routes!(clone))
+        .routes(routes!(failover))
+        .routes(routes!(events))
+}
+
+/// 501: database failover (contract §2.12) needs a standby, which one host does not have.
+#[allow(dead_code)] // a description, never constructed
+#[derive(utoipa::IntoResponses)]
+enum NoFailover {
+    /// There is no standby to fail over to; the message says so.
+    #[response(status = 501)]
+    NotImplemented(pandastack_api::ErrorBody),
 }
 
 /// The caller's database `raw`.
@@ -46,6 +57,17 @@ fn accepted(db: &LiveDb) -> (StatusCode, Json<DatabaseAccepted>) {
     )
 }
 
+/// Create a PostgreSQL database the workspace's sandboxes (and the host) can reach. The reply
+/// comes at once with `provisioning`; poll `GET /v1/databases/{id}` until `running` (or
+/// `failed`, with `error`).
+#[utoipa::path(
+    post,
+    path = "/databases",
+    tag = "databases",
+    operation_id = "create_database",
+    request_body(content = Option<CreateDatabase>, description = "May be empty: a `1g` database of 5120 MiB."),
+    responses((status = 202, description = "Accepted; the database is provisioning.", body = DatabaseAccepted), BodyTooLarge, HostStorage, Errors)
+)]
 async fn create(
     State(st): State<AppState>,
     caller: Caller,
@@ -57,6 +79,14 @@ async fn create(
     Ok(accepted(&db))
 }
 
+/// The workspace's databases, without credentials (`password` and `connection_url` absent).
+#[utoipa::path(
+    get,
+    path = "/databases",
+    tag = "databases",
+    operation_id = "list_databases",
+    responses((status = 200, description = "The databases.", body = DatabaseList), Errors)
+)]
 async fn list(State(st): State<AppState>, caller: Caller) -> Json<DatabaseList> {
     let items = st
         .databases
@@ -68,6 +98,15 @@ async fn list(State(st): State<AppState>, caller: Caller) -> Json<DatabaseList> 
     Json(DatabaseList { items })
 }
 
+/// A database with its credentials.
+#[utoipa::path(
+    get,
+    path = "/databases/{id}",
+    tag = "databases",
+    operation_id = "get_database",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    responses((status = 200, description = "The database.", body = Database), Errors)
+)]
 async fn get_one(
     State(st): State<AppState>,
     caller: Caller,
@@ -77,6 +116,15 @@ async fn get_one(
     Ok(Json(st.databases.wire(&db, true)))
 }
 
+/// Delete a database and all its data (its cluster, storage and port). Irreversible.
+#[utoipa::path(
+    delete,
+    path = "/databases/{id}",
+    tag = "databases",
+    operation_id = "delete_database",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    responses((status = 204, description = "Deleted."), Errors)
+)]
 async fn delete(
     State(st): State<AppState>,
     caller: Caller,
@@ -88,6 +136,17 @@ async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Change `always_on` or grow the storage (never shrinks; the cluster stops for about a
+/// second while its filesystem grows).
+#[utoipa::path(
+    patch,
+    path = "/databases/{id}",
+    tag = "databases",
+    operation_id = "update_database",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    request_body(content = Option<UpdateDatabase>, description = "May be empty: nothing changes."),
+    responses((status = 200, description = "The database after the change.", body = Database), BodyTooLarge, HostStorage, Errors)
+)]
 async fn update(
     State(st): State<AppState>,
     caller: Caller,
@@ -112,6 +171,15 @@ fn ready_url(dbs: &Databases, db: &LiveDb) -> Result<String, ApiError> {
     })
 }
 
+/// The connection URL of a database (a stopped one starts on its first connection).
+#[utoipa::path(
+    get,
+    path = "/databases/{id}/connection",
+    tag = "databases",
+    operation_id = "database_connection",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    responses((status = 200, description = "Its URL.", body = DatabaseConnection), Errors)
+)]
 async fn connection(
     State(st): State<AppState>,
     caller: Caller,
@@ -123,6 +191,15 @@ async fn connection(
     }))
 }
 
+/// A new password for the owner role; sessions opened with the old one are ended.
+#[utoipa::path(
+    post,
+    path = "/databases/{id}/reset-credentials",
+    tag = "databases",
+    operation_id = "reset_database_credentials",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    responses((status = 200, description = "The database with its new password.", body = Database), Errors)
+)]
 async fn reset_credentials(
     State(st): State<AppState>,
     caller: Caller,
@@ -134,6 +211,15 @@ async fn reset_credentials(
     Ok(Json(st.databases.wire(&db, true)))
 }
 
+/// Start a stopped (idle) database now and wait until it takes connections.
+#[utoipa::path(
+    post,
+    path = "/databases/{id}/wake",
+    tag = "databases",
+    operation_id = "wake_database",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    responses((status = 200, description = "It runs.", body = DatabaseWake), Errors)
+)]
 async fn wake(
     State(st): State<AppState>,
     caller: Caller,
@@ -154,6 +240,16 @@ async fn wake(
     }))
 }
 
+/// A new database holding a consistent copy of this one now (it keeps running).
+#[utoipa::path(
+    post,
+    path = "/databases/{id}/clone",
+    tag = "databases",
+    operation_id = "clone_database",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    request_body(content = Option<CloneDatabase>, description = "May be empty: the source's size and storage."),
+    responses((status = 202, description = "Accepted; the clone is provisioning.", body = DatabaseAccepted), BodyTooLarge, HostStorage, Errors)
+)]
 async fn clone(
     State(st): State<AppState>,
     caller: Caller,
@@ -166,6 +262,16 @@ async fn clone(
     Ok(accepted(&db))
 }
 
+/// Fail over to a standby (contract §2.12): this server runs no standbys, so always 501 for an
+/// existing database.
+#[utoipa::path(
+    post,
+    path = "/databases/{id}/failover",
+    tag = "databases",
+    operation_id = "failover_database",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    responses((status = 200, description = "The database after failover (never on this server).", body = Database), NoFailover, Errors)
+)]
 async fn failover(
     State(st): State<AppState>,
     caller: Caller,
@@ -188,6 +294,15 @@ pub fn wire_event(e: &EventRow) -> DatabaseEvent {
     }
 }
 
+/// A database's state changes so far, oldest first.
+#[utoipa::path(
+    get,
+    path = "/databases/{id}/events",
+    tag = "databases",
+    operation_id = "database_events",
+    params(("id" = uuid::Uuid, Path, description = "The database id.")),
+    responses((status = 200, description = "The events.", body = Vec<DatabaseEvent>), Errors)
+)]
 async fn events(
     State(st): State<AppState>,
     caller: Caller,

@@ -3,6 +3,7 @@
 //! guest kills the whole group. If the HTTP client goes away before the command ends, the
 //! command is killed too (unless a stream asked for `background`).
 
+use super::openapi::{BodyTooLarge, CommandTimeout, Errors};
 use crate::auth::Caller;
 use crate::error::{from_guest, ApiError};
 use crate::extract::{sandbox_id, RequiredJson};
@@ -12,23 +13,26 @@ use crate::AppState;
 use axum::extract::{Path, State};
 use axum::response::sse::Event;
 use axum::response::Response;
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use futures::Stream;
 use pandastack_api::{ExecRequest, ExecResult};
-use pandastack_guest_protocol::{GuestMsg, HostMsg, OutputStream, RequestId};
+use pandastack_guest_protocol::{ErrorCode, GuestMsg, HostMsg, OutputStream, RequestId};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Timeout when the request gives none, seconds.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
+/// Longest `timeout_seconds` accepted (30 days, as the longest TTL).
+pub const MAX_TIMEOUT_SECONDS: u64 = 30 * 24 * 3600;
 /// Output kept per stream for a non-streaming exec, bytes (16 MiB); the rest is dropped and the
 /// reply says `truncated: true` (issue 8: eight execs printing 100 MB each must not take the
 /// server's memory with them). `exec/stream` has no cap: it never buffers.
 pub const MAX_CAPTURE_BYTES: usize = 16 * 1024 * 1024;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/sandboxes/:id/exec", post(exec))
-        .route("/sandboxes/:id/exec/stream", post(exec_stream))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(exec))
+        .routes(routes!(exec_stream))
 }
 
 /// Kills the guest process if dropped before [`KillOnDrop::disarm`] (the client went away).
@@ -95,7 +99,13 @@ async fn start(
 /// # Errors
 /// 400 naming the field.
 fn check_request(req: &ExecRequest) -> Result<(), ApiError> {
-    if req.cmd.trim().is_empty() {
+    // ASCII whitespace only, so the rule reads the same as the description's pattern in every
+    // regex dialect.
+    if req
+        .cmd
+        .chars()
+        .all(|c| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c'))
+    {
         return Err(ApiError::BadRequest("cmd must not be empty".into()));
     }
     if req.cmd.contains('\0') {
@@ -108,7 +118,21 @@ fn check_request(req: &ExecRequest) -> Result<(), ApiError> {
             "cwd must not contain NUL bytes".into(),
         ));
     }
+    if req.timeout_seconds.is_some_and(|t| t > MAX_TIMEOUT_SECONDS) {
+        return Err(ApiError::BadRequest(format!(
+            "timeout_seconds must be at most {MAX_TIMEOUT_SECONDS} (0: no limit)"
+        )));
+    }
     crate::extract::env_vars("env", req.env.as_ref())
+}
+
+/// A guest error of an exec: the only `NotFound` an exec can meet is a working directory that
+/// does not exist in the sandbox, which is the sandbox's state (409), not a missing sandbox.
+fn exec_error(code: ErrorCode, message: String) -> ApiError {
+    match code {
+        ErrorCode::NotFound => ApiError::Conflict(format!("cwd: {message}")),
+        other => from_guest(other, message),
+    }
 }
 
 fn push_capped(buf: &mut Vec<u8>, chunk: &[u8], cut: &mut bool) {
@@ -119,6 +143,17 @@ fn push_capped(buf: &mut Vec<u8>, chunk: &[u8], cut: &mut bool) {
     buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
 }
 
+/// Run a command (`bash -c` semantics when it has shell syntax) in a fresh process and wait
+/// for it (contract §2.2, §4). Output beyond 64 MiB per stream is cut with a note on stderr.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/exec",
+    tag = "exec",
+    operation_id = "exec",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    request_body(content = ExecRequest),
+    responses((status = 200, description = "The command ended.", body = ExecResult), CommandTimeout, BodyTooLarge, Errors)
+)]
 async fn exec(
     State(st): State<AppState>,
     caller: Caller,
@@ -179,7 +214,7 @@ async fn exec(
             }
             GuestMsg::Error { code, message, .. } => {
                 guard.disarm();
-                return Err(from_guest(code, message));
+                return Err(exec_error(code, message));
             }
             _ => {}
         }
@@ -264,6 +299,18 @@ fn take_utf8(buf: &mut Vec<u8>) -> String {
     text
 }
 
+/// Run a command and stream its output as Server-Sent Events (contract §3.1): `stdout` and
+/// `stderr` events with `{"chunk"}`, then `exit` with `{"exit_code"}` (or `error` with
+/// `{"error"}`, a message with `timeout` past `timeout_seconds`), then the stream closes.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/exec/stream",
+    tag = "exec",
+    operation_id = "exec_stream",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    request_body(content = ExecRequest),
+    responses((status = 200, description = "The event stream.", content_type = "text/event-stream", body = String), BodyTooLarge, Errors)
+)]
 async fn exec_stream(
     State(st): State<AppState>,
     caller: Caller,

@@ -1,6 +1,7 @@
 //! `POST .../fork`, `.../fork-tree`, `.../promote` (contract §2.1). fork answers the child's
 //! sandbox object (both SDKs accept one with `id`); fork-tree a bare array of children.
 
+use super::openapi::{BodyTooLarge, Errors, HostStorage};
 use super::sandbox_json;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -8,17 +9,29 @@ use crate::extract::{sandbox_id, JsonBody, RequiredJson};
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use pandastack_api::{ForkRequest, ForkTreeRequest, PromoteRequest, Promotion, Sandbox};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/sandboxes/:id/fork", post(fork))
-        .route("/sandboxes/:id/fork-tree", post(fork_tree))
-        .route("/sandboxes/:id/promote", post(promote))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(fork))
+        .routes(routes!(fork_tree))
+        .routes(routes!(promote))
 }
 
+/// Fork a running sandbox into one copy-on-write child carrying `parent_id` and `fork_tree_id`
+/// in its metadata (seed 000 §3); the parent keeps running. The body may be empty.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/fork",
+    tag = "fork",
+    operation_id = "fork_sandbox",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    request_body(content = Option<ForkRequest>),
+    responses((status = 201, description = "The child.", body = Sandbox), BodyTooLarge, HostStorage, Errors)
+)]
 async fn fork(
     State(st): State<AppState>,
     caller: Caller,
@@ -44,6 +57,16 @@ async fn fork(
     ))
 }
 
+/// Fork into `count` children from one capture (contract §2.1; a bare array of children).
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/fork-tree",
+    tag = "fork",
+    operation_id = "fork_tree",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    request_body(content = ForkTreeRequest),
+    responses((status = 201, description = "The children.", body = Vec<Sandbox>), BodyTooLarge, HostStorage, Errors)
+)]
 async fn fork_tree(
     State(st): State<AppState>,
     caller: Caller,
@@ -68,6 +91,17 @@ async fn fork_tree(
     Ok((StatusCode::CREATED, Json(out)))
 }
 
+/// Make a fork child standalone (it no longer dies with its parent), optionally deleting its
+/// siblings.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/promote",
+    tag = "fork",
+    operation_id = "promote_sandbox",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    request_body(content = Option<PromoteRequest>),
+    responses((status = 200, description = "What was done.", body = Promotion), BodyTooLarge, Errors)
+)]
 async fn promote(
     State(st): State<AppState>,
     caller: Caller,

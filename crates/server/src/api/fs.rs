@@ -3,38 +3,101 @@
 //! (temp file + rename). Bodies stream in chunks of at most 1 MiB, so a 1 GiB file never sits in
 //! server memory.
 
+use super::openapi::{Errors, FileErrors};
 use crate::auth::Caller;
 use crate::error::{from_guest, ApiError};
+use crate::extract::Query;
 use crate::extract::{sandbox_id, sandbox_path};
 use crate::AppState;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use futures::StreamExt;
 use pandastack_api::{DirListing, FileInfo, WriteResult};
+use pandastack_guest_protocol::ErrorCode;
 use pandastack_guest_protocol::{FileEntry, GuestMsg, HostMsg};
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Largest chunk sent to the guest per frame, bytes.
 const CHUNK_BYTES: usize = 1024 * 1024;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/sandboxes/:id/fs",
-            get(read).put(write).delete(remove).post(write),
-        )
-        .route("/sandboxes/:id/fs/dir", get(list_dir))
-        .route("/sandboxes/:id/fs/stat", get(stat))
-        .route("/sandboxes/:id/fs/mkdir", axum::routing::post(mkdir))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(read, write, remove, write_by_post))
+        .routes(routes!(list_dir))
+        .routes(routes!(stat))
+        .routes(routes!(mkdir))
 }
 
 #[derive(Debug, Deserialize)]
 pub struct PathQuery {
     path: Option<String>,
+}
+
+/// `?path=` of the file calls as [`sandbox_path`] checks it, for the description (ECMA-262):
+/// absolute, components of at most 255 characters that are not `..` and hold no NUL, at most
+/// 1024 characters. (The server counts a component's bytes, at most 255: names of long
+/// multi-byte characters are refused sooner than the pattern says.)
+#[allow(dead_code)] // a description, never constructed: the handlers read `PathQuery`
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct FilePathParam {
+    /// Absolute path in the sandbox; no `..` component, no NUL.
+    #[param(
+        pattern = r"^(?:/(?:[^/\x00.][^/\x00]{0,254}|\.(?:[^/\x00.][^/\x00]{0,253})?|\.\.[^/\x00]{1,253})?)+$",
+        max_length = 1024
+    )]
+    path: String,
+}
+
+/// The optional `?path=` of `fs/dir`.
+#[allow(dead_code)] // a description, never constructed: the handler reads `PathQuery`
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct DirPathParam {
+    /// Absolute directory path (default `/`); no `..` component, no NUL.
+    #[param(
+        pattern = r"^(?:/(?:[^/\x00.][^/\x00]{0,254}|\.(?:[^/\x00.][^/\x00]{0,253})?|\.\.[^/\x00]{1,253})?)+$",
+        max_length = 1024
+    )]
+    path: Option<String>,
+}
+
+/// The `?path=` of a removal: as [`FilePathParam`], and not the root.
+#[allow(dead_code)] // a description, never constructed: the handler reads `PathQuery`
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct RemovePathParam {
+    /// Absolute path in the sandbox, not `/`; no `..` component, no NUL.
+    #[param(
+        pattern = r"^(?:/(?:[^/\x00.][^/\x00]{0,254}|\.(?:[^/\x00.][^/\x00]{0,253})?|\.\.[^/\x00]{1,253})?)*/(?:[^/\x00.][^/\x00]{0,254}|\.[^/\x00.][^/\x00]{0,253}|\.\.[^/\x00]{1,253})(?:/(?:[^/\x00.][^/\x00]{0,254}|\.(?:[^/\x00.][^/\x00]{0,253})?|\.\.[^/\x00]{1,253})?)*$",
+        max_length = 1024
+    )]
+    path: String,
+}
+
+/// Messages of the guest's file errors (`crates/guest` `files/`, OS `strerror` texts) that
+/// describe the state of the path rather than a malformed request.
+const STATE_CONFLICTS: [&str; 4] = [
+    "is a directory",
+    "is not a directory",
+    "file exists",
+    "directory not empty",
+];
+
+/// A guest error of a file operation: a path that exists as the wrong kind (a directory where
+/// a file is wanted, or the reverse) is a 409, like any request that the resource's state
+/// forbids; the rest as [`from_guest`].
+fn file_error(code: ErrorCode, message: String) -> ApiError {
+    let lower = message.to_lowercase();
+    if code == ErrorCode::Invalid && STATE_CONFLICTS.iter().any(|m| lower.ends_with(m)) {
+        return ApiError::Conflict(message);
+    }
+    from_guest(code, message)
 }
 
 /// The wire form of a guest directory entry.
@@ -49,6 +112,15 @@ pub fn file_info(e: FileEntry) -> FileInfo {
     }
 }
 
+/// The raw bytes of a file, streamed (contract §2.4).
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/fs",
+    tag = "files",
+    operation_id = "read_file",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), FilePathParam),
+    responses((status = 200, description = "The file.", content_type = "application/octet-stream", body = [u8]), FileErrors, Errors)
+)]
 async fn read(
     State(st): State<AppState>,
     caller: Caller,
@@ -76,7 +148,7 @@ async fn read(
         .await
         .ok_or_else(|| ApiError::Unavailable("guest channel closed: connection refused".into()))?;
     let first_body = match first {
-        (GuestMsg::Error { code, message, .. }, _) => return Err(from_guest(code, message)),
+        (GuestMsg::Error { code, message, .. }, _) => return Err(file_error(code, message)),
         (GuestMsg::FileEnd { .. }, _) => None,
         (GuestMsg::FileChunk { .. }, body) => Some(body),
         (other, _) => {
@@ -128,6 +200,17 @@ async fn read(
         .into_response())
 }
 
+/// Write the raw body to a file, atomically (temp file + rename); parent directories are
+/// created (contract §2.4).
+#[utoipa::path(
+    put,
+    path = "/sandboxes/{id}/fs",
+    tag = "files",
+    operation_id = "write_file",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), FilePathParam),
+    request_body(content = [u8], content_type = "application/octet-stream"),
+    responses((status = 200, description = "Written.", body = WriteResult), FileErrors, Errors)
+)]
 async fn write(
     State(st): State<AppState>,
     caller: Caller,
@@ -174,7 +257,7 @@ async fn write(
             }
             // An early guest error (e.g. the path is a directory) ends the upload at once.
             if let Some((GuestMsg::Error { code, message, .. }, _)) = rx.try_recv() {
-                return Err(from_guest(code, message));
+                return Err(file_error(code, message));
             }
         }
         if !buf.is_empty() {
@@ -193,7 +276,7 @@ async fn write(
     while let Some((msg, _)) = rx.recv().await {
         match msg {
             GuestMsg::FileWritten { bytes, .. } => return Ok(Json(WriteResult { path, bytes })),
-            GuestMsg::Error { code, message, .. } => return Err(from_guest(code, message)),
+            GuestMsg::Error { code, message, .. } => return Err(file_error(code, message)),
             _ => {}
         }
     }
@@ -232,6 +315,26 @@ impl Drop for ReadGuard {
     }
 }
 
+/// The same as `PUT` (for clients that upload with `POST`).
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/fs",
+    tag = "files",
+    operation_id = "write_file_post",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), FilePathParam),
+    request_body(content = [u8], content_type = "application/octet-stream"),
+    responses((status = 200, description = "Written.", body = WriteResult), FileErrors, Errors)
+)]
+async fn write_by_post(
+    st: State<AppState>,
+    caller: Caller,
+    id: Path<String>,
+    q: Query<PathQuery>,
+    body: Body,
+) -> Result<Json<WriteResult>, ApiError> {
+    write(st, caller, id, q, body).await
+}
+
 async fn simple(
     st: &AppState,
     caller: &Caller,
@@ -242,11 +345,20 @@ async fn simple(
     let ready = st.host.ready(&live).await?;
     let rid = ready.conn.new_id();
     match ready.conn.call(make(rid)).await? {
-        (GuestMsg::Error { code, message, .. }, _) => Err(from_guest(code, message)),
+        (GuestMsg::Error { code, message, .. }, _) => Err(file_error(code, message)),
         (msg, _) => Ok(msg),
     }
 }
 
+/// Remove a file or a directory tree (not `/`).
+#[utoipa::path(
+    delete,
+    path = "/sandboxes/{id}/fs",
+    tag = "files",
+    operation_id = "remove_file",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), RemovePathParam),
+    responses((status = 204, description = "Removed."), FileErrors, Errors)
+)]
 async fn remove(
     State(st): State<AppState>,
     caller: Caller,
@@ -261,6 +373,15 @@ async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Create a directory and its parents.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/fs/mkdir",
+    tag = "files",
+    operation_id = "make_dir",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), FilePathParam),
+    responses((status = 204, description = "Created."), FileErrors, Errors)
+)]
 async fn mkdir(
     State(st): State<AppState>,
     caller: Caller,
@@ -272,6 +393,15 @@ async fn mkdir(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The entries of a directory.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/fs/dir",
+    tag = "files",
+    operation_id = "list_dir",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), DirPathParam),
+    responses((status = 200, description = "The listing.", body = DirListing), FileErrors, Errors)
+)]
 async fn list_dir(
     State(st): State<AppState>,
     caller: Caller,
@@ -297,6 +427,15 @@ async fn list_dir(
     }
 }
 
+/// One FileInfo; 404 when the path does not exist.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/fs/stat",
+    tag = "files",
+    operation_id = "stat_file",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), FilePathParam),
+    responses((status = 200, description = "The file's details.", body = FileInfo), FileErrors, Errors)
+)]
 async fn stat(
     State(st): State<AppState>,
     caller: Caller,

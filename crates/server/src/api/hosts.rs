@@ -8,11 +8,21 @@ use crate::cluster::HostView;
 use crate::error::ApiError;
 use crate::AppState;
 use axum::extract::State;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/hosts", get(list))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list))
+}
+
+/// 403 for a caller that is not an operator.
+#[allow(dead_code)] // a description, never constructed
+#[derive(utoipa::IntoResponses)]
+enum OperatorOnly {
+    /// The key is not one of the first workspace's.
+    #[response(status = 403)]
+    Forbidden(pandastack_api::ErrorBody),
 }
 
 /// Refuses a caller that is not the operator's (403).
@@ -28,6 +38,14 @@ pub async fn require_operator(st: &AppState, caller: &Caller) -> Result<(), ApiE
     }
 }
 
+/// The hosts of the cluster with their state and load (operator key only).
+#[utoipa::path(
+    get,
+    path = "/hosts",
+    tag = "hosts",
+    operation_id = "list_hosts",
+    responses((status = 200, description = "Every host, this one included.", body = Vec<HostView>), OperatorOnly, super::openapi::Errors)
+)]
 async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<HostView>>, ApiError> {
     require_operator(&st, &caller).await?;
     let hosts = st.cluster.hosts().await?;

@@ -3,21 +3,23 @@
 //! Server-Sent Events `data: {"line", "stream"}` for the stored lines and then each new one,
 //! with keep-alive comments (Py keeps a 30 s read timeout on follow streams).
 
+use super::openapi::Errors;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::sandbox_id;
+use crate::extract::Query;
 use crate::host::logs::LogStream;
 use crate::AppState;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/sandboxes/:id/logs", get(logs))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(logs))
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,6 +38,17 @@ fn flag(v: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
+/// What the sandbox's commands and kernels printed (the last 1 MiB), contract §3.2: a text
+/// body of lines, or with `follow` the stored lines then each new one as SSE `data: {"line",
+/// "stream"}` until the sandbox is gone.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/logs",
+    tag = "sandboxes",
+    operation_id = "sandbox_logs",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), ("stream" = Option<String>, Query, description = "`stdout`, `stderr` or `both` (also `all`; default both).", pattern = "^(stdout|stderr|both|all)$"), ("follow" = Option<String>, Query, description = "`true`, `1`, `false`, `0` or empty (default false).", pattern = "^(true|false|1|0|)$")),
+    responses((status = 200, description = "The log.", content((String = "text/plain"), (String = "text/event-stream"))), Errors)
+)]
 async fn logs(
     State(st): State<AppState>,
     caller: Caller,

@@ -1,6 +1,7 @@
 //! `GET /metrics` (Prometheus text format; authenticated unless `--public-metrics`) and
 //! `GET /v1/sandboxes/{id}/metrics` (one sandbox's CPU and RSS, seed 003 "health monitor").
 
+use super::openapi::Errors;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::sandbox_id;
@@ -10,13 +11,14 @@ use crate::AppState;
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use prometheus::Encoder;
 use std::time::Instant;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/sandboxes/:id/metrics", get(sandbox_metrics))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(sandbox_metrics))
 }
 
 /// Sets the database gauges from the databases that exist now (a deleted one's series go).
@@ -114,6 +116,15 @@ pub async fn track(req: Request, next: Next) -> Response {
     resp
 }
 
+/// CPU and memory from the sandbox's cgroup (seed 003 "health monitor").
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/metrics",
+    tag = "sandboxes",
+    operation_id = "sandbox_metrics",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 200, description = "The figures.", body = pandastack_api::SandboxMetrics), Errors)
+)]
 async fn sandbox_metrics(
     State(st): State<AppState>,
     caller: Caller,

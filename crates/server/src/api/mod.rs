@@ -13,6 +13,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;
+pub mod openapi;
 pub mod ports;
 pub mod proxy;
 pub mod repl;

@@ -1,6 +1,7 @@
 //! `GET /v1/sandboxes/{id}/ports` (contract §2.2: the SDKs' `preview_urls()` read
 //! `ports[].port`) and `POST /v1/sandboxes/{id}/preview-token` (issue 7).
 
+use super::openapi::{BodyTooLarge, Errors};
 use super::rfc3339;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -9,19 +10,30 @@ use crate::previews::{self, MAX_TTL_SECONDS};
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use pandastack_api::{Port, Ports, PreviewToken, PreviewTokenRequest};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Token lifetime when the request gives none, seconds.
 pub const DEFAULT_TTL_SECONDS: u64 = 3600;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/sandboxes/:id/ports", get(ports))
-        .route("/sandboxes/:id/preview-token", post(preview_token))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(ports))
+        .routes(routes!(preview_token))
 }
 
+/// The TCP ports something listens on in the sandbox, with their proxy paths (contract §2.2
+/// `preview_urls()`).
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/ports",
+    tag = "network",
+    operation_id = "sandbox_ports",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 200, description = "The listening ports.", body = Ports), Errors)
+)]
 async fn ports(
     State(st): State<AppState>,
     caller: Caller,
@@ -43,6 +55,16 @@ async fn ports(
     }))
 }
 
+/// A signed URL a browser can open for one port of the sandbox, valid for `ttl_seconds`.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/preview-token",
+    tag = "network",
+    operation_id = "create_preview_token",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    request_body(content = PreviewTokenRequest),
+    responses((status = 200, description = "The token and its URL.", body = PreviewToken), BodyTooLarge, Errors)
+)]
 async fn preview_token(
     State(st): State<AppState>,
     caller: Caller,

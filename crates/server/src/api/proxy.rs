@@ -19,17 +19,30 @@ use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::{on, MethodFilter};
 use axum::Router;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tracing::debug;
 
+/// The methods forwarded: every one OpenAPI can name (so the description states the proxy
+/// whole); others get 405 with `Allow`.
+fn methods() -> MethodFilter {
+    MethodFilter::GET
+        .or(MethodFilter::HEAD)
+        .or(MethodFilter::POST)
+        .or(MethodFilter::PUT)
+        .or(MethodFilter::PATCH)
+        .or(MethodFilter::DELETE)
+        .or(MethodFilter::OPTIONS)
+        .or(MethodFilter::TRACE)
+}
+
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/sandboxes/:id/proxy/:port", any(by_path_root))
-        .route("/sandboxes/:id/proxy/:port/", any(by_path_root))
-        .route("/sandboxes/:id/proxy/:port/*rest", any(by_path))
+        .route("/sandboxes/:id/proxy/:port", on(methods(), by_path_root))
+        .route("/sandboxes/:id/proxy/:port/", on(methods(), by_path_root))
+        .route("/sandboxes/:id/proxy/:port/*rest", on(methods(), by_path))
 }
 
 async fn by_path_root(

@@ -6,6 +6,7 @@
 //! of that language that no open context holds (one that survived a restore or fork, or the
 //! warmed kernel of a template snapshot); only when there is none is a new kernel started.
 
+use super::openapi::{BodyTooLarge, Errors};
 use crate::auth::Caller;
 use crate::error::{from_guest, ApiError};
 use crate::extract::{sandbox_id, JsonBody, RequiredJson};
@@ -13,20 +14,21 @@ use crate::host::logs::LogStream;
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
-use axum::{Json, Router};
+use axum::Json;
 use pandastack_api::{
     CodeContext, CreateContext, Execution, ReplKernel, ReplSession, ReplSessions, RunCode,
 };
 use pandastack_guest_protocol::{GuestMsg, HostMsg};
 use pandastack_store::{now_ms, ContextRow};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/sandboxes/:id/repl/sessions", post(create).get(list))
-        .route("/sandboxes/:id/repl/sessions/:ctx", delete(close))
-        .route("/sandboxes/:id/repl/sessions/:ctx/run", post(run))
-        .route("/sandboxes/:id/repl", get(list))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(close))
+        .routes(routes!(run))
+        .routes(routes!(list_alias))
 }
 
 fn language(raw: Option<String>) -> Result<String, ApiError> {
@@ -39,6 +41,17 @@ fn language(raw: Option<String>) -> Result<String, ApiError> {
     }
 }
 
+/// Open a code context: it adopts the most recently used live kernel no open context holds
+/// (one restored or forked with the sandbox), else starts a new one (seed 000 §2).
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/repl/sessions",
+    tag = "code",
+    operation_id = "create_code_context",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    request_body(content = Option<CreateContext>),
+    responses((status = 201, description = "The context.", body = pandastack_api::CodeContext), BodyTooLarge, Errors)
+)]
 async fn create(
     State(st): State<AppState>,
     caller: Caller,
@@ -148,12 +161,29 @@ async fn no_python_check(live: &crate::host::Live) -> Result<(), ApiError> {
     )))
 }
 
+/// Run a cell in the context's kernel (contract §2.3, §4). An exception in the cell is not
+/// an HTTP error: it is in `error`.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/repl/sessions/{ctx}/run",
+    tag = "code",
+    operation_id = "run_code",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), ("ctx" = String, Path, description = "The code context id (`ctx-` + 32 hex digits).")),
+    request_body(content = RunCode),
+    responses((status = 200, description = "The execution.", body = Execution), BodyTooLarge, Errors)
+)]
 async fn run(
     State(st): State<AppState>,
     caller: Caller,
     Path((id, ctx)): Path<(String, String)>,
     RequiredJson(req): RequiredJson<RunCode>,
 ) -> Result<Json<Execution>, ApiError> {
+    const MAX_TIMEOUT_MS: u64 = super::exec::MAX_TIMEOUT_SECONDS * 1000;
+    if req.timeout_ms.is_some_and(|t| t > MAX_TIMEOUT_MS) {
+        return Err(ApiError::BadRequest(format!(
+            "timeout_ms must be at most {MAX_TIMEOUT_MS}"
+        )));
+    }
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let ready = st.host.ready(&live).await?;
     let context = st
@@ -210,6 +240,15 @@ async fn run(
     }
 }
 
+/// Close a context and stop its kernel.
+#[utoipa::path(
+    delete,
+    path = "/sandboxes/{id}/repl/sessions/{ctx}",
+    tag = "code",
+    operation_id = "close_code_context",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id."), ("ctx" = String, Path, description = "The code context id (`ctx-` + 32 hex digits).")),
+    responses((status = 204, description = "Closed."), Errors)
+)]
 async fn close(
     State(st): State<AppState>,
     caller: Caller,
@@ -240,6 +279,15 @@ async fn close(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The sandbox's open contexts and live kernels.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/repl/sessions",
+    tag = "code",
+    operation_id = "list_code_contexts",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 200, description = "Contexts and kernels.", body = ReplSessions), Errors)
+)]
 async fn list(
     State(st): State<AppState>,
     caller: Caller,
@@ -279,6 +327,23 @@ async fn list(
             })
             .collect(),
     }))
+}
+
+/// The same as `GET .../repl/sessions`.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/repl",
+    tag = "code",
+    operation_id = "list_code_contexts_alias",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 200, description = "Contexts and kernels.", body = ReplSessions), Errors)
+)]
+async fn list_alias(
+    st: State<AppState>,
+    caller: Caller,
+    id: Path<String>,
+) -> Result<Json<ReplSessions>, ApiError> {
+    list(st, caller, id).await
 }
 
 /// The warmed kernel of a template image was started before this sandbox existed, so it lacks

@@ -1,6 +1,7 @@
 //! `POST/GET /v1/sandboxes`, `GET/DELETE /v1/sandboxes/{id}`, `GET/PATCH .../lifecycle`
 //! (contract §2.1, §2.2).
 
+use super::openapi::{BodyTooLarge, Errors, HostStorage};
 use super::sandbox_json;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -10,25 +11,23 @@ use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use pandastack_api::{CreateSandbox, Lifecycle, LifecyclePatch, Sandbox};
 use pandastack_engine::{EgressRule, NetworkPolicy};
 use pandastack_store::now_ms;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Largest accepted `ttl_seconds` (30 days).
 pub const MAX_TTL_SECONDS: i64 = 30 * 24 * 3600;
 /// Most entries in each of `network.allow_out` and `network.deny_out`.
 pub const MAX_EGRESS_RULES: usize = 64;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/sandboxes", get(list).post(create))
-        .route("/sandboxes/:id", get(get_one).delete(delete))
-        .route(
-            "/sandboxes/:id/lifecycle",
-            get(lifecycle).patch(patch_lifecycle),
-        )
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(get_one, delete))
+        .routes(routes!(lifecycle, patch_lifecycle))
 }
 
 /// The network policy a create asks for (issue 7): the server default, changed by
@@ -150,6 +149,16 @@ fn same_size(
     }
 }
 
+/// Create a sandbox from a template (warm pool first) or, with `from_snapshot`, restore a
+/// snapshot into a new sandbox whose template comes from the snapshot (seed 000 §2).
+#[utoipa::path(
+    post,
+    path = "/sandboxes",
+    operation_id = "create_sandbox",
+    tag = "sandboxes",
+    request_body(content = Option<CreateSandbox>, description = "May be empty: template `code-interpreter`, ttl 3600 s."),
+    responses((status = 201, description = "The new sandbox, running.", body = Sandbox), BodyTooLarge, HostStorage, Errors)
+)]
 async fn create(
     State(st): State<AppState>,
     caller: Caller,
@@ -290,6 +299,14 @@ async fn place_elsewhere(
     }
 }
 
+/// The workspace's live sandboxes (a bare array, contract §2.1).
+#[utoipa::path(
+    get,
+    path = "/sandboxes",
+    operation_id = "list_sandboxes",
+    tag = "sandboxes",
+    responses((status = 200, description = "Every live sandbox of the workspace.", body = Vec<Sandbox>), Errors)
+)]
 async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<Sandbox>>, ApiError> {
     let rows = st
         .host
@@ -307,6 +324,15 @@ async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<San
     Ok(Json(out))
 }
 
+/// One sandbox.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}",
+    operation_id = "get_sandbox",
+    tag = "sandboxes",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 200, description = "The sandbox.", body = Sandbox), Errors)
+)]
 async fn get_one(
     State(st): State<AppState>,
     caller: Caller,
@@ -341,6 +367,15 @@ async fn stored_elsewhere(
     }))
 }
 
+/// Delete a sandbox: its processes, files and fork children (unless promoted) are gone.
+#[utoipa::path(
+    delete,
+    path = "/sandboxes/{id}",
+    operation_id = "delete_sandbox",
+    tag = "sandboxes",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 204, description = "Deleted."), Errors)
+)]
 async fn delete(
     State(st): State<AppState>,
     caller: Caller,
@@ -376,6 +411,15 @@ async fn lifecycle_of(live: &crate::host::Live) -> Lifecycle {
     }
 }
 
+/// TTL, persistence and idle seconds (seed 003); wakes a hibernated sandbox.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/lifecycle",
+    operation_id = "get_lifecycle",
+    tag = "lifecycle",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 200, description = "The lifecycle settings.", body = Lifecycle), Errors)
+)]
 async fn lifecycle(
     State(st): State<AppState>,
     caller: Caller,
@@ -390,6 +434,16 @@ async fn lifecycle(
     Ok(Json(out))
 }
 
+/// Change the TTL and/or persistence; only the keys given change.
+#[utoipa::path(
+    patch,
+    path = "/sandboxes/{id}/lifecycle",
+    operation_id = "patch_lifecycle",
+    tag = "lifecycle",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    request_body(content = Option<LifecyclePatch>),
+    responses((status = 200, description = "The lifecycle settings after the change.", body = Lifecycle), BodyTooLarge, Errors)
+)]
 async fn patch_lifecycle(
     State(st): State<AppState>,
     caller: Caller,

@@ -2,27 +2,27 @@
 //! object), `GET /v1/snapshots[?sandbox_id=]` lists them as `{"snapshots": [...]}`,
 //! `GET/DELETE /v1/snapshots/{id}`.
 
+use super::openapi::{Errors, HostStorage};
 use super::rfc3339;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::sandbox_id;
+use crate::extract::Query;
 use crate::AppState;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use pandastack_api::{KernelInfo, Snapshot, SnapshotList};
 use pandastack_store::SnapshotRow;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/sandboxes/:id/snapshots",
-            post(create).get(list_for_sandbox),
-        )
-        .route("/snapshots", get(list))
-        .route("/snapshots/:snap", get(get_one).delete(delete))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list_for_sandbox))
+        .routes(routes!(list))
+        .routes(routes!(get_one, delete))
 }
 
 /// The wire form: the documented keys plus `snapshot_id` (Py's fallback key).
@@ -47,6 +47,16 @@ fn list_of(rows: &[SnapshotRow]) -> SnapshotList {
     }
 }
 
+/// Capture the sandbox (memory, processes, files) into a snapshot that outlives it (seed 000
+/// §2). No body. A paused sandbox is thawed for the capture.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/snapshots",
+    tag = "snapshots",
+    operation_id = "create_snapshot",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 201, description = "The snapshot.", body = Snapshot), HostStorage, Errors)
+)]
 async fn create(
     State(st): State<AppState>,
     caller: Caller,
@@ -68,6 +78,15 @@ struct ListQuery {
     sandbox_id: Option<String>,
 }
 
+/// The workspace's snapshots (contract §2.7: `{"snapshots": [...]}`).
+#[utoipa::path(
+    get,
+    path = "/snapshots",
+    tag = "snapshots",
+    operation_id = "list_snapshots",
+    params(("sandbox_id" = Option<String>, Query, description = "Only the snapshots of this sandbox.")),
+    responses((status = 200, description = "The snapshots.", body = SnapshotList), Errors)
+)]
 async fn list(
     State(st): State<AppState>,
     caller: Caller,
@@ -81,6 +100,15 @@ async fn list(
     Ok(Json(list_of(&rows)))
 }
 
+/// One sandbox's snapshots.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/snapshots",
+    tag = "snapshots",
+    operation_id = "list_sandbox_snapshots",
+    params(("id" = uuid::Uuid, Path, description = "The sandbox id.")),
+    responses((status = 200, description = "The snapshots.", body = SnapshotList), Errors)
+)]
 async fn list_for_sandbox(
     State(st): State<AppState>,
     caller: Caller,
@@ -106,6 +134,15 @@ async fn list_for_sandbox(
     Ok(Json(list_of(&rows)))
 }
 
+/// One snapshot.
+#[utoipa::path(
+    get,
+    path = "/snapshots/{snap}",
+    tag = "snapshots",
+    operation_id = "get_snapshot",
+    params(("snap" = String, Path, description = "The snapshot id (`snap-` + 32 hex digits).")),
+    responses((status = 200, description = "The snapshot.", body = Snapshot), Errors)
+)]
 async fn get_one(
     State(st): State<AppState>,
     caller: Caller,
@@ -120,6 +157,15 @@ async fn get_one(
     Ok(Json(wire(&row)))
 }
 
+/// Delete a snapshot and its image.
+#[utoipa::path(
+    delete,
+    path = "/snapshots/{snap}",
+    tag = "snapshots",
+    operation_id = "delete_snapshot",
+    params(("snap" = String, Path, description = "The snapshot id (`snap-` + 32 hex digits).")),
+    responses((status = 204, description = "Deleted."), Errors)
+)]
 async fn delete(
     State(st): State<AppState>,
     caller: Caller,

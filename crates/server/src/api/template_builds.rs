@@ -5,6 +5,7 @@
 //! and `event: done` for the TypeScript one, then the stream closes).
 
 use super::build_form::{self, shown, BuildForm, FormLimits};
+use super::openapi::{BodyTooLarge, Errors, HostStorage};
 use super::rfc3339;
 use crate::auth::Caller;
 use crate::builds::job::{Submission, SubmittedSource};
@@ -16,14 +17,15 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::sse::Event;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use pandastack_api::TemplateBuild;
 use pandastack_store::TemplateBuildRow;
 use pandastack_templates::custom::context::{normalize_path, Context, ContextFile};
 use pandastack_templates::Resources;
 use std::convert::Infallible;
 use tokio::io::AsyncBufReadExt;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Builds listed by `GET /v1/templates/builds`, newest first.
 pub const LIST_LIMIT: usize = 100;
@@ -42,16 +44,47 @@ const FIELDS: &[&str] = &[
 /// Names that would collide with the build routes under `/v1/templates/`.
 const RESERVED_NAMES: &[&str] = &["build", "builds"];
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/templates/build",
-            // The body is streamed to disk under the build limits, not buffered.
-            post(build).layer(DefaultBodyLimit::disable()),
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        // The body is streamed to disk under the build limits, not buffered.
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(build))
+                .layer(DefaultBodyLimit::disable()),
         )
-        .route("/templates/builds", get(list))
-        .route("/templates/builds/:id", get(get_one))
-        .route("/templates/builds/:id/logs", get(logs))
+        .routes(routes!(list))
+        .routes(routes!(get_one))
+        .routes(routes!(logs))
+}
+
+/// The form of `POST /v1/templates/build` as the description states it (the handler reads the
+/// body itself, streamed, through `build_form`): multipart (context files and the rootfs tar
+/// as file parts) or urlencoded. Fields as strings, as forms carry them.
+#[allow(dead_code)] // a description, never constructed
+#[derive(utoipa::ToSchema)]
+pub struct BuildFormDoc {
+    /// The template name: 1-63 of a-z, 0-9 and '-', not starting with '-'; not a built-in's
+    /// and not `build`/`builds`.
+    #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$")]
+    name: String,
+    /// A Dockerfile (FROM base, code-interpreter, debian:bookworm[-slim] or one of the
+    /// workspace's templates; RUN, COPY, ADD, ENV, WORKDIR, ARG, USER). Without it, the form
+    /// must carry the file part `rootfs`.
+    dockerfile: Option<String>,
+    /// A rootfs tar (docker export, tar -C dir -c .), when there is no `dockerfile`.
+    #[schema(value_type = Option<String>, format = Binary)]
+    rootfs: Option<Vec<u8>>,
+    /// CPUs of the template's sandboxes, 1-64 (default 1).
+    #[schema(minimum = 1, maximum = 64)]
+    cpu: Option<u32>,
+    /// Memory of the template's sandboxes, MiB, 128-262144 (default 512).
+    #[schema(minimum = 128, maximum = 262144)]
+    memory_mb: Option<u32>,
+    /// Disk of the template's sandboxes, MiB, 64-1048576 (default 1024).
+    #[schema(minimum = 64, maximum = 1048576)]
+    size_mb: Option<u32>,
+    /// Ignored with a note in the log (sandboxes run under gVisor, which has its own kernel).
+    kernel: Option<String>,
 }
 
 /// The wire form of a build row.
@@ -75,6 +108,17 @@ pub fn wire(b: &TemplateBuildRow) -> TemplateBuild {
     }
 }
 
+/// Build a template from a Dockerfile and its context, or from a rootfs tar (contract §2.8,
+/// issue 13). Answers at once with the queued build; `GET .../builds/{id}` and its logs follow
+/// it.
+#[utoipa::path(
+    post,
+    path = "/templates/build",
+    tag = "templates",
+    operation_id = "build_template",
+    request_body(content((BuildFormDoc = "multipart/form-data"), (BuildFormDoc = "application/x-www-form-urlencoded")), description = "Multipart: every other file part is a context file named by its path (`COPY`/`ADD` use them)."),
+    responses((status = 202, description = "The build, queued.", body = TemplateBuild), BodyTooLarge, HostStorage, Errors)
+)]
 async fn build(
     State(st): State<AppState>,
     caller: Caller,
@@ -240,6 +284,14 @@ fn number(
     }
 }
 
+/// The workspace's builds, newest first, at most [`LIST_LIMIT`] (a bare array).
+#[utoipa::path(
+    get,
+    path = "/templates/builds",
+    tag = "templates",
+    operation_id = "list_template_builds",
+    responses((status = 200, description = "The builds.", body = Vec<TemplateBuild>), Errors)
+)]
 async fn list(
     State(st): State<AppState>,
     caller: Caller,
@@ -270,6 +322,15 @@ fn is_build_id(id: &str) -> bool {
         .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
+/// One build of the workspace.
+#[utoipa::path(
+    get,
+    path = "/templates/builds/{id}",
+    tag = "templates",
+    operation_id = "get_template_build",
+    params(("id" = String, Path, description = "The build id (`bld-` + 32 hex digits).")),
+    responses((status = 200, description = "The build.", body = TemplateBuild), Errors)
+)]
 async fn get_one(
     State(st): State<AppState>,
     caller: Caller,
@@ -284,6 +345,17 @@ struct LogsQuery {
     follow: Option<String>,
 }
 
+/// A build's log as SSE (contract §3.3): one `data: <line>` per line written so far (with
+/// `follow`, then each new one until the build ends), then `data: end` and `event: done` with
+/// `{"status"}`.
+#[utoipa::path(
+    get,
+    path = "/templates/builds/{id}/logs",
+    tag = "templates",
+    operation_id = "template_build_logs",
+    params(("id" = String, Path, description = "The build id (`bld-` + 32 hex digits)."), ("follow" = Option<String>, Query, description = "`1`, `true`, `0` or `false` (default false).", pattern = "^(1|0|true|false)$")),
+    responses((status = 200, description = "The log lines.", content_type = "text/event-stream", body = String), Errors)
+)]
 async fn logs(
     State(st): State<AppState>,
     caller: Caller,

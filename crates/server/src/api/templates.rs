@@ -3,21 +3,24 @@
 //! "Ownership": another workspace's template is 404, a built-in cannot be deleted). Lists are
 //! bare arrays (TS needs one).
 
+use super::openapi::Errors;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::host::catalog::is_builtin;
 use crate::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
+use pandastack_api::ErrorBody;
 use pandastack_api::Template;
 use pandastack_templates::{TemplateInfo, TemplateKind};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/templates", get(list))
-        .route("/templates/:name", get(get_one).delete(delete))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(get_one, delete))
 }
 
 /// The wire form of a template build.
@@ -46,11 +49,29 @@ pub fn wire(t: TemplateInfo) -> Template {
     }
 }
 
+/// The built-in templates baked on this host, then the caller's own (a bare array, contract
+/// §2.8; issue 13 "Ownership").
+#[utoipa::path(
+    get,
+    path = "/templates",
+    tag = "templates",
+    operation_id = "list_templates",
+    responses((status = 200, description = "The templates.", body = Vec<Template>), Errors)
+)]
 async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<Vec<Template>>, ApiError> {
     let all = st.host.visible_templates(&caller.workspace_id)?;
     Ok(Json(all.into_iter().map(wire).collect()))
 }
 
+/// One template.
+#[utoipa::path(
+    get,
+    path = "/templates/{name}",
+    tag = "templates",
+    operation_id = "get_template",
+    params(("name" = String, Path, description = "The template name, e.g. `code-interpreter`.")),
+    responses((status = 200, description = "The template.", body = Template), Errors)
+)]
 async fn get_one(
     State(st): State<AppState>,
     caller: Caller,
@@ -62,6 +83,17 @@ async fn get_one(
         .ok_or_else(|| ApiError::NotFound(format!("template {} not found", shown(&name))))
 }
 
+/// Delete one of the workspace's templates (its builds go in the background; running
+/// sandboxes keep theirs). Issue 13 "Ownership": a built-in cannot be deleted (403), another
+/// workspace's template is 404, one with a build queued or running is 409.
+#[utoipa::path(
+    delete,
+    path = "/templates/{name}",
+    tag = "templates",
+    operation_id = "delete_template",
+    params(("name" = String, Path, description = "The template name.")),
+    responses((status = 204, description = "Deleted."), (status = 403, description = "A built-in template.", body = ErrorBody), Errors)
+)]
 async fn delete(
     State(st): State<AppState>,
     caller: Caller,

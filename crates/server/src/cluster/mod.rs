@@ -70,7 +70,7 @@ pub struct ClusterConfig {
 }
 
 /// A host as the API shows it (`GET /v1/hosts`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct HostView {
     pub name: String,
     pub advertise_url: String,
@@ -81,6 +81,7 @@ pub struct HostView {
     /// Age of the last heartbeat, ms (database clock).
     pub heartbeat_age_ms: i64,
     /// The load it reported (`HostLoad` fields), or null before its first heartbeat.
+    #[schema(value_type = Option<HostLoad>)]
     pub capacity: serde_json::Value,
 }
 

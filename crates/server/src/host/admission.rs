@@ -252,7 +252,7 @@ impl Host {
 
 /// What this host holds and can take (issue 12: reported in every heartbeat, read by the
 /// scheduler of every host).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct HostLoad {
     /// Instances holding memory: running and paused sandboxes, warm-pool instances and starts
     /// admitted but not finished.

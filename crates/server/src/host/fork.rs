@@ -148,7 +148,8 @@ impl Host {
     /// fork tree (`tree_id`, default: the child's own `fork_tree_id`).
     ///
     /// # Errors
-    /// 400 when the sandbox is not a fork child or `tree_id` is not its tree.
+    /// 409 when the sandbox is not a fork child or `tree_id` is not its tree (the state of the
+    /// sandbox, not the request, is wrong).
     pub async fn promote(
         &self,
         child: &Arc<Live>,
@@ -158,14 +159,14 @@ impl Host {
         let own_tree = child.row.lock().await.metadata.get("fork_tree_id").cloned();
         let tree = match (tree_id, own_tree) {
             (Some(t), Some(own)) if t != own => {
-                return Err(ApiError::BadRequest(format!(
+                return Err(ApiError::Conflict(format!(
                     "tree_id: sandbox {} is not in fork tree {t}",
                     child.id
                 )))
             }
             (_, Some(own)) => own,
             (_, None) => {
-                return Err(ApiError::BadRequest(format!(
+                return Err(ApiError::Conflict(format!(
                     "sandbox {} is not a fork child",
                     child.id
                 )))
