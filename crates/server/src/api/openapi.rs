@@ -156,6 +156,22 @@ pub fn document() -> Value {
     ] {
         components.schemas.insert(name, schema);
     }
+    // The `done` event of a build log (contract §3.3).
+    for (name, schema) in [(
+        "BuildDone".to_string(),
+        utoipa::openapi::RefOr::T(
+            utoipa::openapi::ObjectBuilder::new()
+                .property(
+                    "status",
+                    utoipa::openapi::ObjectBuilder::new()
+                        .schema_type(utoipa::openapi::schema::Type::String),
+                )
+                .required("status")
+                .into(),
+        ),
+    )] {
+        components.schemas.insert(name, schema);
+    }
     components.add_security_scheme(
         "api_key",
         SecurityScheme::Http(
@@ -273,6 +289,17 @@ fn add_event_schemas(doc: &mut Value) {
         ("/v1/sandboxes/{id}/exec/stream", "post", exec),
         ("/v1/events", "get", sse_event(Some("transition"), "Event")),
         ("/v1/sandboxes/{id}/logs", "get", sse_event(None, "LogLine")),
+        (
+            "/v1/templates/builds/{id}/logs",
+            "get",
+            json!({"oneOf": [
+                // A log line, then `data: end` (Python SDK).
+                {"type": "object", "required": ["data"], "properties": {
+                    "data": {"type": "string"}, "event": {"const": "message"}}},
+                // Then `event: done` with the build's status (TypeScript SDK).
+                sse_event(Some("done"), "BuildDone"),
+            ]}),
+        ),
     ] {
         let content = &mut doc["paths"][path][method]["responses"]["200"]["content"];
         if let Some(stream) = content.get_mut("text/event-stream") {
