@@ -157,7 +157,7 @@ pub fn document() -> Value {
         components.schemas.insert(name, schema);
     }
     // The `done` event of a build log (contract §3.3).
-    for (name, schema) in [(
+    components.schemas.insert(
         "BuildDone".to_string(),
         utoipa::openapi::RefOr::T(
             utoipa::openapi::ObjectBuilder::new()
@@ -169,9 +169,7 @@ pub fn document() -> Value {
                 .required("status")
                 .into(),
         ),
-    )] {
-        components.schemas.insert(name, schema);
-    }
+    );
     components.add_security_scheme(
         "api_key",
         SecurityScheme::Http(
