@@ -10,7 +10,10 @@ judge what was actually sent). It bounds the run's cost and time, not its findin
 - a command or cell whose timeout is absent, 0 (no limit) or longer than 5 s gets 5 s: a
   generated command line can wait forever (`x &` keeps its output open), and a streaming exec
   keeps its connection alive with pings, so no request timeout would end it;
-- a log read asks for `follow=false`: a followed log streams until its sandbox is gone.
+- a log read asks for `follow=false`: a followed log streams until its sandbox is gone;
+- a database create, clone or update asks for the `1g` tier (a valid `size` or `memory_mb` of
+  a larger tier becomes `1g` / 1024) and at most the default 5120 MiB of storage, so the run's
+  PostgreSQL clusters stay small (test_databases.py drives the tiers and growth).
 
 Values the description forbids (the negative cases) are left as generated; no response is
 touched and no failure is filtered.
@@ -25,6 +28,8 @@ from __future__ import annotations
 import schemathesis
 
 COMMAND_TIMEOUT_S = 5
+DATABASE_STORAGE_MB = 5120  # the default storage of a database
+DATABASE_TIERS = {"1g": 1024, "4g": 4096, "16g": 16384}  # the description's sizes and memory_mb
 MAX_TIMEOUT_S = 30 * 24 * 3600  # the description's maximum of timeout_seconds
 
 
@@ -52,9 +57,26 @@ def before_call(context, case, kwargs) -> None:
     elif method == "POST" and path == "/v1/sandboxes/{id}/repl/sessions/{ctx}/run":
         if body is not None and _too_long(body.get("timeout_ms"), COMMAND_TIMEOUT_S * 1000, MAX_TIMEOUT_S * 1000):
             body["timeout_ms"] = COMMAND_TIMEOUT_S * 1000
+    elif (method, path) in (("POST", "/v1/databases"), ("POST", "/v1/databases/{id}/clone"),
+                            ("PATCH", "/v1/databases/{id}")):
+        if body is not None:
+            _small_database(body)
     elif method == "GET" and path == "/v1/sandboxes/{id}/logs":
         if isinstance(case.query, dict) and case.query.get("follow") in ("true", "1"):
             case.query["follow"] = "false"
+
+
+def _small_database(body: dict) -> None:
+    """The `1g` tier and at most the default storage, for values the description allows."""
+    size = body.get("size")
+    if isinstance(size, str) and size.lower() in DATABASE_TIERS:
+        body["size"] = "1g"
+    if body.get("memory_mb") in DATABASE_TIERS.values() and not isinstance(body.get("memory_mb"), bool):
+        body["memory_mb"] = 1024
+    storage = body.get("storage_mb")
+    if (isinstance(storage, (int, float)) and not isinstance(storage, bool) and storage == int(storage)
+            and DATABASE_STORAGE_MB < storage <= 1048576):
+        body["storage_mb"] = DATABASE_STORAGE_MB
 
 
 @schemathesis.check

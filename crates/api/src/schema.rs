@@ -50,6 +50,9 @@ pub fn metadata_map() -> Object {
 pub fn tier_memory() -> Object {
     ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+        .description(Some(
+            "MiB; a size tier's memory (1024, 4096 or 16384), agreeing with `size` if both are given.",
+        ))
         .enum_values(Some([
             serde_json::json!(1024),
             serde_json::json!(4096),
@@ -61,5 +64,10 @@ pub fn tier_memory() -> Object {
 
 /// A field of the wire contract this server does not support: only `null` (or absent).
 pub fn unsupported() -> Object {
-    ObjectBuilder::new().schema_type(Type::Null).build()
+    ObjectBuilder::new()
+        .schema_type(Type::Null)
+        .description(Some(
+            "Point-in-time clone from archived WAL: not supported by this server; only null.",
+        ))
+        .build()
 }

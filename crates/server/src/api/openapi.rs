@@ -275,7 +275,8 @@ fn sse_event(name: Option<&str>, data_schema: &str) -> Value {
 }
 
 /// The events of the three streams, in place of the derive's bare `string`: exec output
-/// (contract §3.1), workspace transitions (seed 003), followed logs (contract §3.2).
+/// (contract §3.1), workspace transitions of sandboxes (seed 003) and databases (issue 10),
+/// followed logs (contract §3.2).
 fn add_event_schemas(doc: &mut Value) {
     let exec = json!({"oneOf": [
         sse_event(Some("stdout"), "ExecChunk"),
@@ -283,9 +284,13 @@ fn add_event_schemas(doc: &mut Value) {
         sse_event(Some("exit"), "ExecExit"),
         sse_event(Some("error"), "StreamError"),
     ]});
+    let events = json!({"oneOf": [
+        sse_event(Some("transition"), "Event"),
+        sse_event(Some("database"), "DatabaseEvent"),
+    ]});
     for (path, method, schema) in [
         ("/v1/sandboxes/{id}/exec/stream", "post", exec),
-        ("/v1/events", "get", sse_event(Some("transition"), "Event")),
+        ("/v1/events", "get", events),
         ("/v1/sandboxes/{id}/logs", "get", sse_event(None, "LogLine")),
         (
             "/v1/templates/builds/{id}/logs",
@@ -440,7 +445,8 @@ mod tests {
                 assert!(ids.insert(id.to_string()), "duplicate operationId {id}");
             }
         }
-        // Issue 8's disk reserve answers 507 exactly where images are written or instances start.
+        // Issue 8's disk reserve answers 507 exactly where images are written, instances start or
+        // databases take disk (issue 10).
         for (path, method) in [
             ("/v1/sandboxes", "post"),
             ("/v1/sandboxes/{id}/fork", "post"),
@@ -448,6 +454,9 @@ mod tests {
             ("/v1/sandboxes/{id}/snapshots", "post"),
             ("/v1/sandboxes/{id}/hibernate", "post"),
             ("/v1/sandboxes/{id}/fs", "put"),
+            ("/v1/databases", "post"),
+            ("/v1/databases/{id}/clone", "post"),
+            ("/v1/databases/{id}", "patch"),
         ] {
             let op = &doc["paths"][path][method]["responses"];
             assert!(op.get("507").is_some(), "{method} {path}: no 507");
@@ -455,6 +464,12 @@ mod tests {
         assert!(doc["paths"]["/v1/sandboxes"]["get"]["responses"]
             .get("507")
             .is_none());
+        // Issue 10's failover on one host, issue 12's operator-only host list.
+        let failover = &doc["paths"]["/v1/databases/{id}/failover"]["post"]["responses"];
+        assert!(failover.get("501").is_some(), "{failover}");
+        assert!(doc["paths"]["/v1/hosts"]["get"]["responses"]
+            .get("403")
+            .is_some());
         let retry = &doc["paths"]["/v1/sandboxes"]["post"]["responses"]["429"]["headers"];
         assert!(retry.get("Retry-After").is_some(), "{retry}");
         let links = doc["paths"]["/v1/sandboxes"]["post"]["responses"]["201"]["links"]

@@ -74,7 +74,7 @@ pub struct ClusterConfig {
 pub struct HostView {
     pub name: String,
     pub advertise_url: String,
-    /// `active`, `draining` or `down` (no heartbeat for [`DOWN_AFTER_MS`]).
+    /// `active`, `draining` or `down` (no heartbeat for 20 s, [`DOWN_AFTER_MS`]).
     pub state: String,
     /// RFC 3339 of the last heartbeat.
     pub last_heartbeat: String,
