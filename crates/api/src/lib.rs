@@ -148,8 +148,9 @@ pub struct Sandbox {
     #[serde(default)]
     pub disk_mb: Option<u32>,
     /// Name of the host the sandbox lives on (issue 12); any host answers for it. Empty from
-    /// a server that does not send it (before issue 12).
+    /// a server that does not send it (before issue 12); this server always sends it.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub host: String,
 }
 
