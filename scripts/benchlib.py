@@ -81,3 +81,65 @@ class GuestChannel:
             out.append(m)
             if m.get("type") in ("exited", "error"):
                 return out
+
+
+class BenchServer:
+    """A `pandastack server` of a benchmark's own on a fresh data dir `root/name` whose baked
+    templates are hard links of those in `templates` (nothing is baked, nothing copied). It
+    waits until `/health` answers and creates from `base` restore its template image (made in
+    the background at start), and offers `client` (the published Python SDK) and `http`
+    (requests with the key)."""
+
+    def __init__(self, binary, templates, root, name: str = "server", args: Sequence[str] = ()) -> None:
+        import os
+        import re
+        import shutil
+        import subprocess
+
+        import requests
+        from pandastack import Client
+
+        self.data = root / name
+        (self.data / "templates").mkdir(parents=True)
+        for t in templates.iterdir():
+            if t.is_dir() and (t / "current").exists():
+                cur = (t / "current").read_text().strip()
+                (self.data / "templates" / t.name).mkdir()
+                subprocess.run(["cp", "-al", str(t / cur), str(self.data / "templates" / t.name / cur)], check=True)
+                shutil.copy2(t / "current", self.data / "templates" / t.name / "current")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / f"{name}.log"
+        self.proc = subprocess.Popen(
+            [str(binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data), *args],
+            stdin=subprocess.DEVNULL, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
+            env=dict(os.environ), start_new_session=True,
+        )
+        for _ in range(300):
+            try:
+                if requests.get(f"{self.url}/health", timeout=1).ok:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+        self.key = re.search(r"PANDASTACK_API_KEY=(\S+)", (self.data / "admin.env").read_text()).group(1)
+        self.client = Client(api_url=self.url, api_key=self.key, timeout=120)
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {self.key}"
+        for _ in range(120):
+            sb = self.client.sandboxes.create(template="base")
+            mode = sb.boot_mode
+            sb.kill()
+            if mode == "snapshot":
+                break
+            time.sleep(1)
+
+    def stop(self) -> None:
+        import subprocess
+
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

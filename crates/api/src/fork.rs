@@ -12,6 +12,10 @@ pub struct ForkRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(schema_with = crate::schema::metadata_map))]
     pub metadata: Option<BTreeMap<String, String>>,
+    /// `"detach"`: the child starts without the parent's read-write volumes (else a parent
+    /// holding one cannot be forked: 409).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<crate::ForkVolumes>,
 }
 
 /// `POST /v1/sandboxes/{id}/fork-tree` body.
@@ -27,6 +31,9 @@ pub struct ForkTreeRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(schema_with = crate::schema::metadata_map))]
     pub metadata: Option<BTreeMap<String, String>>,
+    /// As [`ForkRequest::volumes`], for every child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<crate::ForkVolumes>,
 }
 
 /// `POST /v1/sandboxes/{id}/promote` body (both SDKs always send `cleanup_siblings`).

@@ -15,6 +15,7 @@ mod repl;
 mod schema;
 mod snapshots;
 mod stream;
+mod volumes;
 
 pub use account::{Me, SandboxMetrics};
 pub use databases::{
@@ -26,6 +27,9 @@ pub use fork::{ForkRequest, ForkTreeRequest, PromoteRequest, Promotion};
 pub use repl::{KernelInfo, ReplKernel, ReplSession, ReplSessions};
 pub use snapshots::{Snapshot, SnapshotList};
 pub use stream::{ExecChunk, ExecExit, LogLine, StreamError};
+pub use volumes::{
+    CreateVolume, ForkVolumes, ResizeVolume, SandboxVolume, Volume, VolumeAttachment,
+};
 
 /// `POST /v1/sandboxes` body (contract §2.1 "Create body"). Unknown keys are rejected so that a
 /// typo is a 400 naming the field.
@@ -52,7 +56,9 @@ pub struct CreateSandbox {
     /// Snapshot id (`snap-...`) to restore into the new sandbox.
     #[serde(default)]
     pub from_snapshot: Option<String>,
-    /// Volumes to attach: `[{"name", "read_only"}]`.
+    /// Volumes of the workspace to attach, each at `/mnt/{name}`: `[{"name", "read_only"}]`
+    /// (contract §2.1; Py always sends `read_only`, TS only when given). With
+    /// `from_snapshot` the snapshot's volumes are attached too.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(max_items = 0))]
     pub volumes: Option<Vec<VolumeMount>>,
@@ -107,8 +113,11 @@ pub struct SandboxNetwork {
 /// One volume in a create body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct VolumeMount {
     pub name: String,
+    /// Mount it read-only (writes fail with EROFS); several sandboxes may hold a volume
+    /// read-only at once while none holds it read-write.
     #[serde(default)]
     pub read_only: bool,
 }
@@ -152,6 +161,9 @@ pub struct Sandbox {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub host: String,
+    /// Volumes the sandbox holds (kept while it is hibernated).
+    #[serde(default)]
+    pub volumes: Vec<SandboxVolume>,
 }
 
 /// `POST .../exec` and `.../exec/stream` body (contract §2.2).

@@ -24,6 +24,10 @@ pub struct Snapshot {
     pub created_at: String,
     /// Kernels live at capture time; a context opened after restore adopts one (seed 000 §2).
     pub kernels: Vec<KernelInfo>,
+    /// Volumes the sandbox held at capture time. Their content is not in the snapshot: a
+    /// restore attaches them again (issue 9).
+    #[serde(default)]
+    pub volumes: Vec<crate::SandboxVolume>,
 }
 
 /// `GET /v1/snapshots[?sandbox_id=]` and `GET /v1/sandboxes/{id}/snapshots`: the envelope both

@@ -68,6 +68,9 @@ pub enum Command {
     /// Databases (PostgreSQL) sandboxes reach with a scoped credential: create, connection,
     /// list, get, delete, clone, reset-credentials, wake, update.
     Db(commands::db::DbArgs),
+    /// Volumes (named ext4 volumes that outlive sandboxes, at /mnt/NAME): create, list, get,
+    /// resize, delete.
+    Volume(commands::volume::VolumeArgs),
     /// Templates: list, get, delete, build (Dockerfile or rootfs tar), builds, build logs;
     /// bake (on the server host).
     Template(commands::template::TemplateArgs),

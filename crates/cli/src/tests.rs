@@ -408,3 +408,31 @@ fn completions_cover_the_client_commands() {
         script.contains("fork-tree") && script.contains("run-code") && script.contains("download")
     );
 }
+
+#[test]
+fn volume_commands_parse_sizes_and_modes() {
+    use crate::commands::volume::VolumeCommand;
+    let vol = |line: &str| match parse(line) {
+        Ok(Command::Volume(a)) => a.command,
+        other => panic!("{line}: {other:?}"),
+    };
+    assert!(matches!(
+        vol("pandastack volume create agent-workspace --size 8g"),
+        VolumeCommand::Create { name, size: 8192 } if name == "agent-workspace"
+    ));
+    assert!(matches!(
+        vol("pandastack volume resize agent-workspace --size 16g -o json"),
+        VolumeCommand::Resize { size: 16384, .. }
+    ));
+    assert!(matches!(vol("pandastack volume list"), VolumeCommand::List));
+    assert!(parse("pandastack volume create x --size 8q").is_err());
+    let (cmd, _) = sandbox("pandastack sandbox create --volume work --volume cache:ro");
+    let SandboxCommand::Create(a) = cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(
+        pandastack_sdk::without_nulls(&a.body()).unwrap_or_default()["volumes"],
+        serde_json::json!([{"name": "work", "read_only": false}, {"name": "cache", "read_only": true}])
+    );
+    assert!(parse("pandastack sandbox create --volume work:rx").is_err());
+}

@@ -12,11 +12,13 @@
 //! bridge instead, without touching the API layer.
 
 mod network;
+mod volume;
 
 pub use network::{
     EgressRule, EgressRuleError, InstanceNetwork, NetworkPolicy, DNS_ADDR, GATEWAY_ADDR,
     GUEST_ADDR, GUEST_PREFIX,
 };
+pub use volume::{VolumeMount, VolumeUsage, VOLUMES_DIR};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -60,6 +62,10 @@ pub struct SandboxSpec {
     /// a restore must use the layout its image was taken with.
     #[serde(default)]
     pub disk_mb: Option<u32>,
+    /// Volumes attached from the start (before the first process runs, or before a restore
+    /// loads its image), at `/mnt/{name}`.
+    #[serde(default)]
+    pub volumes: Vec<VolumeMount>,
 }
 
 /// A started instance. A restore may land on a container the engine made in advance
@@ -175,6 +181,11 @@ pub trait Engine: Send + Sync + 'static {
     /// Short engine name for logs and metrics, e.g. `"gvisor"`.
     fn name(&self) -> &'static str;
 
+    /// A tag of the instance layout checkpoints depend on (for gVisor: the mounts of every
+    /// container). An image restores only onto the layout it was taken with, so images kept
+    /// across server versions (template images) are keyed by it.
+    fn image_layout(&self) -> &'static str;
+
     /// Boots a fresh instance from the template rootfs. Returns once the guest socket exists
     /// (the guest may still be starting; the caller handshakes). On error nothing is left.
     async fn boot(&self, spec: &SandboxSpec) -> Result<Instance, EngineError>;
@@ -246,11 +257,56 @@ pub trait Engine: Send + Sync + 'static {
     /// # Errors
     /// `Failed` when the host's firewall refuses the rules; the previous set stays in force.
     async fn set_host_service_ports(&self, ports: &[u16]) -> Result<(), EngineError>;
+    /// Attaches `volumes` to the running instance `id` (directory `dir`): each appears at
+    /// `/mnt/{name}` at once. All or nothing: on error none of them is attached.
+    ///
+    /// # Errors
+    /// `Failed` when an image cannot be mounted, or is already attached read-write to another
+    /// instance (or read-only elsewhere while this asks read-write).
+    async fn attach_volumes(
+        &self,
+        id: &str,
+        dir: &Path,
+        volumes: &[VolumeMount],
+    ) -> Result<(), EngineError>;
+
+    /// Detaches every volume of instance `id` so that its images are free when this returns:
+    /// the instance's processes are stopped first (it cannot be used afterwards; destroy it as
+    /// usual), then everything it wrote reaches the image, which is closed cleanly unless
+    /// another instance still has it attached read-only. [`Engine::destroy`] does this too;
+    /// call this first when a volume must be free at once (a kill), since a destroy may take
+    /// seconds. Idempotent.
+    ///
+    /// # Errors
+    /// `Failed` when an image stays busy (it is then detached lazily, as soon as the last file
+    /// on it closes).
+    async fn release_volumes(&self, id: &str, dir: &Path) -> Result<(), EngineError>;
+
+    /// Makes `image` an empty volume of `size_mb` MiB (a sparse file: the host pays only for
+    /// what is written), replacing any file there.
+    ///
+    /// # Errors
+    /// `Failed` when the file cannot be made or formatted (nothing is left).
+    async fn format_volume(&self, image: &Path, size_mb: u32) -> Result<(), EngineError>;
+
+    /// Grows the detached volume `image` to `size_mb` MiB; its files are kept.
+    ///
+    /// # Errors
+    /// `Failed` when the image is attached, or the filesystem cannot be grown (it is then
+    /// left at its old size).
+    async fn grow_volume(&self, image: &Path, size_mb: u32) -> Result<(), EngineError>;
+
+    /// Space used in the volume `image`: live when it is attached, else as it was closed.
+    ///
+    /// # Errors
+    /// `Io` when the image cannot be read.
+    async fn volume_usage(&self, image: &Path) -> Result<VolumeUsage, EngineError>;
 
     /// Start-up recovery of host-wide engine state: called once, before serving, with every
     /// instance the server keeps (`(id, dir)`). The engine rebuilds what those need (firewall
     /// rules) and removes everything else it owns that a crash left behind (network
-    /// namespaces, links, rules), without touching anything that is not its own.
+    /// namespaces, links, rules, volume mounts), without touching anything that is not its
+    /// own. Volumes of kept instances stay attached (mounted again if a mount went missing).
     async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError>;
 
     /// Keeps `count` containers of `class` made in advance, so [`Engine::restore`] of a

@@ -120,3 +120,42 @@ pub fn is_frozen(id: &str) -> bool {
 pub fn exists(id: &str) -> bool {
     CONTROLLERS.iter().any(|c| dir(c, id).is_some())
 }
+
+/// Kills every process of the instance and waits up to 5 s until none is left; true when its
+/// cgroup is empty (or gone). The cgroup is frozen while its task list is read and signalled,
+/// so no listed pid can exit and be reused by an unrelated process in between; SIGKILL is
+/// delivered when it is thawed. A freezer that does not settle (it can hang in FREEZING on
+/// ptrace-stopped tasks) is given up after its first timeout, so it cannot eat the budget.
+pub fn kill_all(id: &str) -> bool {
+    let Some(d) = dir("pids", id) else {
+        return true;
+    };
+    let procs = d.join("cgroup.procs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut freezable = true;
+    loop {
+        if freezable && freeze(id, true).is_err() {
+            freezable = false;
+        }
+        let pids: Vec<i32> = std::fs::read_to_string(&procs)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        for pid in &pids {
+            // SAFETY: kill(2) takes no pointers; the pid was read from the instance's own
+            // cgroup (frozen, when it has a working freezer, so it is still that task).
+            unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            }
+        }
+        let _ = freeze(id, false);
+        if pids.is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

@@ -1,6 +1,6 @@
 //! The OCI runtime spec (`config.json`) of one instance.
 
-use pandastack_engine::SandboxSpec;
+use pandastack_engine::{SandboxSpec, VOLUMES_DIR};
 use serde_json::{json, Value};
 
 /// Soft and hard `RLIMIT_NPROC` inside the sandbox: a fork bomb hits this first and fails
@@ -34,11 +34,22 @@ pub const BUILD_CAPABILITIES: &[&str] = &[
     "CAP_AUDIT_WRITE",
     "CAP_SETFCAP",
 ];
+/// Bumped whenever the mounts of [`render`] change: a checkpoint restores only onto the mount
+/// layout it was taken with (a restore keeps the checkpoint's mount table), so images of an
+/// older layout must not be used (docs/ARCHITECTURE.md "Volumes").
+pub const MOUNT_LAYOUT: &str = "disk-m2";
 
 /// Renders the OCI config for `spec`. The cgroup path is relative (`pandastack/<id>`), which
 /// runsc honours on these cgroup-v1 hosts (notes pitfall 12). `netns` is the network namespace
 /// the sandbox joins (`/run/netns/...`), or `None` for a private, empty one (loopback only).
-pub fn render(spec: &SandboxSpec, netns: Option<&std::path::Path>) -> Value {
+/// `staging` is the instance's volume staging directory, bound at `/mnt` with slave
+/// propagation so that volumes bound into it later appear inside (`volumes.rs`); `None` (a
+/// template build step, which writes its rootfs `/mnt` like any other directory) binds none.
+pub fn render(
+    spec: &SandboxSpec,
+    netns: Option<&std::path::Path>,
+    staging: Option<&std::path::Path>,
+) -> Value {
     let memory_bytes = u64::from(spec.memory_mb) * 1024 * 1024;
     let network_ns = match netns {
         Some(path) => json!({"type": "network", "path": path}),
@@ -87,6 +98,12 @@ pub fn render(spec: &SandboxSpec, netns: Option<&std::path::Path>) -> Value {
             ]
         }
     });
+    if let (Some(staging), Some(mounts)) = (staging, config["mounts"].as_array_mut()) {
+        mounts.push(json!({
+            "destination": VOLUMES_DIR, "type": "bind", "source": staging,
+            "options": ["rbind", "rw", "rslave"]
+        }));
+    }
     if spec.template_build {
         let caps = json!(BUILD_CAPABILITIES);
         config["process"]["capabilities"] = json!({
@@ -114,8 +131,10 @@ mod tests {
             network: None,
             template_build: false,
             disk_mb: None,
+            volumes: Vec::new(),
         };
-        let v = render(&spec, None);
+        let staging = std::path::Path::new("/m/sandbox/ps-00");
+        let v = render(&spec, None, Some(staging));
         assert_eq!(
             v["linux"]["resources"]["memory"]["limit"],
             512 * 1024 * 1024
@@ -124,25 +143,38 @@ mod tests {
         assert_eq!(v["linux"]["cgroupsPath"], "pandastack/ps-00");
         assert_eq!(v["mounts"][3]["source"], "/g");
         assert_eq!(v["mounts"][3]["options"][1], "ro");
+        assert_eq!(v["mounts"][4]["destination"], "/mnt");
+        assert_eq!(v["mounts"][4]["source"], "/m/sandbox/ps-00");
+        assert_eq!(v["mounts"][4]["options"][2], "rslave");
         assert_eq!(v["process"]["rlimits"][0]["hard"], NPROC_LIMIT);
         assert_eq!(v["linux"]["namespaces"][4], json!({"type": "network"}));
-        let joined = render(&spec, Some(std::path::Path::new("/run/netns/ps-abcdef-1")));
+        let joined = render(
+            &spec,
+            Some(std::path::Path::new("/run/netns/ps-abcdef-1")),
+            Some(staging),
+        );
         assert_eq!(
             joined["linux"]["namespaces"][4]["path"],
             "/run/netns/ps-abcdef-1"
         );
         assert!(v["process"].get("capabilities").is_none());
-        assert_eq!(v["mounts"].as_array().unwrap().len(), 4);
+        assert_eq!(v["mounts"].as_array().unwrap().len(), 5);
         let build = render(
             &SandboxSpec {
                 template_build: true,
                 ..spec.clone()
             },
             None,
+            None,
         );
         assert_eq!(
             build["process"]["capabilities"]["effective"][0],
             "CAP_CHOWN"
+        );
+        assert_eq!(
+            build["mounts"].as_array().map(Vec::len),
+            Some(4),
+            "a build has no /mnt"
         );
         let with_disk = render(
             &SandboxSpec {
@@ -150,11 +182,13 @@ mod tests {
                 ..spec
             },
             None,
+            Some(staging),
         );
         let mounts = with_disk["mounts"].as_array().unwrap();
-        assert_eq!(mounts.len(), 5);
+        assert_eq!(mounts.len(), 6);
         assert!(mounts.iter().all(|m| m["destination"] != "/tmp"));
         assert_eq!(mounts[4]["destination"], "/dev/shm");
         assert_eq!(mounts[4]["options"][3], format!("size={DEV_SHM_BYTES}"));
+        assert_eq!(mounts[5]["destination"], "/mnt", "volumes after /dev/shm");
     }
 }

@@ -5,11 +5,12 @@ use crate::net::{InstanceNet, NetConfig, Networks, Slot};
 use crate::runsc::Runsc;
 use crate::shim::ControlRequest;
 use crate::targets::{Target, Targets};
-use crate::{cgroup, checkpoint, config};
+use crate::volumes::Volumes;
+use crate::{cgroup, checkpoint, config, disk};
 use async_trait::async_trait;
 use pandastack_engine::{
     instance_id_from, CheckpointOutcome, Engine, EngineError, Instance, InstanceId, InstanceStats,
-    InstanceStatus, NetworkPolicy, SandboxSpec, TargetClass,
+    InstanceStatus, NetworkPolicy, SandboxSpec, TargetClass, VolumeMount, VolumeUsage,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +41,12 @@ pub struct GvisorConfig {
     pub instances_dir: PathBuf,
     /// Spare disks made ahead of time; `None`: disks are formatted when an instance needs one.
     pub disks: Option<DiskConfig>,
+    /// Where volumes are mounted on the host and staged for instances (`volumes.rs`),
+    /// normally `<data_dir>/mounts`. Made a shared mount point.
+    pub mounts_dir: PathBuf,
+    /// Where the volume images live (the server's `<data_dir>/volumes`): start-up recovery
+    /// detaches loop devices of images there that nothing mounts.
+    pub volumes_dir: PathBuf,
 }
 
 /// The gVisor engine. Cheap to clone.
@@ -54,15 +61,18 @@ pub struct GvisorEngine {
     /// Containers made in advance for restores.
     targets: Arc<Targets>,
     instances_dir: PathBuf,
+    volumes_dir: PathBuf,
+    volumes: Arc<Volumes>,
 }
 
 impl GvisorEngine {
     /// Creates the engine and its state root.
     ///
     /// # Errors
-    /// I/O errors creating the state root.
+    /// I/O errors creating the state root or the volume mounts' root.
     pub fn new(cfg: GvisorConfig) -> Result<Self, EngineError> {
         std::fs::create_dir_all(&cfg.state_root)?;
+        let volumes = Arc::new(Volumes::new(cfg.mounts_dir)?);
         let net = cfg
             .network
             .map(Networks::start)
@@ -84,6 +94,8 @@ impl GvisorEngine {
             slots: Arc::default(),
             targets: Arc::default(),
             instances_dir: cfg.instances_dir,
+            volumes_dir: cfg.volumes_dir,
+            volumes,
         })
     }
 
@@ -100,8 +112,9 @@ impl GvisorEngine {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes the bundle and, for a networked spec, takes a network slot (recorded in
-    /// `net.json` so [`Engine::destroy`] and a restarted server find it).
+    /// Writes the bundle, makes the volume staging directory with the spec's volumes and, for
+    /// a networked spec, takes a network slot (recorded in `net.json` so [`Engine::destroy`]
+    /// and a restarted server find it).
     async fn prepare(&self, spec: &SandboxSpec) -> Result<Option<InstanceNet>, EngineError> {
         std::fs::create_dir_all(spec.dir.join("bundle"))?;
         match spec.disk_mb {
@@ -152,7 +165,15 @@ impl GvisorEngine {
             }
             _ => None,
         };
-        let cfg = config::render(spec, netns.as_deref());
+        // A template build step has no /mnt of volumes (it may write its own /mnt).
+        let staging = if spec.template_build {
+            None
+        } else {
+            self.blocking_volumes(&spec.instance_id, &spec.dir, spec.volumes.clone(), true)
+                .await?;
+            Some(self.volumes.staging(&spec.instance_id))
+        };
+        let cfg = config::render(spec, netns.as_deref(), staging.as_deref());
         std::fs::write(spec.dir.join("bundle/config.json"), cfg.to_string())?;
         Ok(net)
     }
@@ -220,6 +241,10 @@ impl GvisorEngine {
             .arg(&exit_file);
         if net.is_some() {
             cmd.arg("--hide-proc-sys-net");
+        }
+        if !spec.template_build {
+            cmd.arg("--volume-staging")
+                .arg(self.volumes.staging(&spec.instance_id));
         }
         if two_stage {
             cmd.arg("--control")
@@ -300,6 +325,10 @@ pub(crate) fn last_log_line(path: &Path) -> String {
 impl Engine for GvisorEngine {
     fn name(&self) -> &'static str {
         "gvisor"
+    }
+
+    fn image_layout(&self) -> &'static str {
+        config::MOUNT_LAYOUT
     }
 
     async fn boot(&self, spec: &SandboxSpec) -> Result<Instance, EngineError> {
@@ -446,6 +475,9 @@ impl Engine for GvisorEngine {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+        // Volumes are released before runsc's slow teardown: the sandbox's processes are
+        // killed, so nothing writes to them any more, and their images are closed.
+        self.stop_and_release(id, dir, false).await;
         // Whatever the kill could not reach (a stopped, or half-created container).
         if let Err(e) = self
             .runsc
@@ -461,6 +493,7 @@ impl Engine for GvisorEngine {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        self.stop_and_release(id, dir, true).await;
         cgroup::remove(id);
         // The disk must be unmounted before its directory goes (its image goes with it).
         let owned = dir.to_path_buf();
@@ -577,14 +610,63 @@ impl Engine for GvisorEngine {
             })
     }
 
+    async fn attach_volumes(
+        &self,
+        id: &str,
+        dir: &Path,
+        volumes: &[VolumeMount],
+    ) -> Result<(), EngineError> {
+        self.blocking_volumes(id, dir, volumes.to_vec(), false)
+            .await
+    }
+
+    async fn release_volumes(&self, id: &str, dir: &Path) -> Result<(), EngineError> {
+        self.stop_and_release(id, dir, false).await;
+        Ok(())
+    }
+
+    async fn format_volume(&self, image: &Path, size_mb: u32) -> Result<(), EngineError> {
+        let owned = image.to_path_buf();
+        blocking("volume format", move || {
+            disk::format(&owned, size_mb, disk::Kind::Volume)
+        })
+        .await
+    }
+
+    async fn grow_volume(&self, image: &Path, size_mb: u32) -> Result<(), EngineError> {
+        if self.volumes.is_attached(image) {
+            return Err(EngineError::Failed {
+                op: "volume grow",
+                id: "-".into(),
+                detail: "the volume is attached".into(),
+            });
+        }
+        let owned = image.to_path_buf();
+        blocking("volume grow", move || disk::grow(&owned, size_mb)).await
+    }
+
+    async fn volume_usage(&self, image: &Path) -> Result<VolumeUsage, EngineError> {
+        let (vols, owned) = (self.volumes.clone(), image.to_path_buf());
+        tokio::task::spawn_blocking(move || vols.usage(&owned))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?
+            .map_err(EngineError::Io)
+    }
+
     async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError> {
-        // Loop devices of instance disks that nothing mounts (a crash between attach and
-        // mount, or after a lazy unmount). Mounted disks of instances that are gone go with
-        // their directories (the server destroys those through `destroy`).
-        let instances = self.instances_dir.clone();
+        // Volumes first: their recovery unmounts the volume mounts of instances that are gone
+        // (which detaches their loop devices), and re-mounts those of the ones that live on.
+        let (vols, owned) = (self.volumes.clone(), keep.to_vec());
+        tokio::task::spawn_blocking(move || vols.recover(&owned))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        // Loop devices of instance disks and volume images that nothing mounts (a crash
+        // between attach and mount, or after a lazy unmount). Mounted disks of instances that
+        // are gone go with their directories (the server destroys those through `destroy`).
+        let scanned = [self.instances_dir.clone(), self.volumes_dir.clone()];
         let _ = tokio::task::spawn_blocking(move || {
-            for dev in crate::disk::collect_stale(&instances).1 {
-                match crate::disk::detach(&dev) {
+            for dev in scanned.iter().flat_map(|d| disk::collect_stale(d).1) {
+                match disk::detach(&dev) {
                     Ok(()) => warn!(device = %dev.display(), "detached a stray loop device"),
                     Err(e) => {
                         warn!(device = %dev.display(), error = %e, "detaching a stray loop device")
@@ -645,6 +727,9 @@ impl Engine for GvisorEngine {
                 nets.remove_table().await;
             }
         }
+        if !instances_remain {
+            self.volumes.close();
+        }
     }
 }
 
@@ -665,6 +750,7 @@ impl GvisorEngine {
             network: class.network.clone(),
             template_build: false,
             disk_mb: class.disk_mb,
+            volumes: Vec::new(),
         };
         let net = self.prepare_or_clean(&spec).await?;
         let bundle = dir.join("bundle").display().to_string();
@@ -729,6 +815,10 @@ impl GvisorEngine {
             {
                 self.set_network_policy(&t.instance_id, want).await?;
             }
+            if !spec.volumes.is_empty() {
+                self.blocking_volumes(&t.instance_id, &t.dir, spec.volumes.clone(), false)
+                    .await?;
+            }
             let mut argv = vec![self.runsc.binary.display().to_string()];
             let overlay = instance_disk::overlay_dir(&t.dir, t.class.disk_mb.is_some());
             argv.extend(
@@ -764,6 +854,54 @@ impl GvisorEngine {
         result
     }
 
+    /// Makes the staging directory of instance `id` with `volumes` (`fresh`: before its
+    /// container starts) or attaches them to its existing one, off the async runtime (mounts
+    /// take milliseconds).
+    async fn blocking_volumes(
+        &self,
+        id: &str,
+        dir: &Path,
+        volumes: Vec<VolumeMount>,
+        fresh: bool,
+    ) -> Result<(), EngineError> {
+        let (vols, owned_id, owned_dir) = (self.volumes.clone(), id.to_string(), dir.to_path_buf());
+        let done = tokio::task::spawn_blocking(move || {
+            if fresh {
+                vols.prepare(&owned_id, &owned_dir, &volumes)
+            } else {
+                vols.attach(&owned_id, &owned_dir, &volumes)
+            }
+        })
+        .await
+        .map_err(|e| EngineError::Failed {
+            op: "volume attach",
+            id: id.to_string(),
+            detail: e.to_string(),
+        })?;
+        done.map_err(|e| EngineError::Failed {
+            op: "volume attach",
+            id: id.to_string(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// Stops every process of instance `id` and releases its volumes (or, with
+    /// `remove_staging`, its whole staging directory), off the async runtime.
+    async fn stop_and_release(&self, id: &str, dir: &Path, remove_staging: bool) {
+        let (vols, owned_id, owned_dir) = (self.volumes.clone(), id.to_string(), dir.to_path_buf());
+        let _ = tokio::task::spawn_blocking(move || {
+            if vols.has_volumes(&owned_id, &owned_dir) && !cgroup::kill_all(&owned_id) {
+                warn!(instance_id = %owned_id, "processes still alive; volumes detach lazily");
+            }
+            if remove_staging {
+                vols.remove_instance(&owned_id, &owned_dir);
+            } else {
+                vols.release(&owned_id, &owned_dir);
+            }
+        })
+        .await;
+    }
+
     /// [`GvisorEngine::prepare`], removing what it made when it fails.
     async fn prepare_or_clean(
         &self,
@@ -777,6 +915,22 @@ impl GvisorEngine {
             }
         }
     }
+}
+
+/// Runs a disk command off the async runtime; its error (which names host paths) becomes the
+/// engine error's detail, for logs.
+async fn blocking<F>(op: &'static str, f: F) -> Result<(), EngineError>
+where
+    F: FnOnce() -> Result<(), disk::DiskError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?
+        .map_err(|e| EngineError::Failed {
+            op,
+            id: "-".into(),
+            detail: e.to_string(),
+        })
 }
 
 /// Sends one request line to a shim's control socket and returns its reply line.

@@ -98,7 +98,7 @@ impl Disks {
     pub fn attach(&self, dir: &Path, size_mb: u32) -> Result<(), DiskError> {
         let image = dir.join(IMAGE);
         if !self.take_spare(&image, size_mb) {
-            disk::format(&image, size_mb)?;
+            disk::format(&image, size_mb, disk::Kind::Scratch)?;
         }
         disk::mount(&image, &dir.join(MOUNT))?;
         self.refill();
@@ -160,7 +160,7 @@ impl Disks {
                 }
                 let name = format!("spare-{}", uuid::Uuid::new_v4().simple());
                 let partial = c.spares_dir.join(format!("{name}.partial"));
-                match disk::format(&partial, c.spare_mb).and_then(|()| {
+                match disk::format(&partial, c.spare_mb, disk::Kind::Scratch).and_then(|()| {
                     std::fs::rename(&partial, c.spares_dir.join(format!("{name}.img"))).map_err(
                         |source| DiskError::Io {
                             what: "keeping spare disk",

@@ -25,6 +25,7 @@ pub mod net;
 mod runsc;
 pub mod shim;
 mod targets;
+mod volumes;
 
 pub use cgroup::exists as cgroup_exists;
 pub use engine::{GvisorConfig, GvisorEngine};

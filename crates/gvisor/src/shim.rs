@@ -38,7 +38,7 @@ pub struct ShimArgs {
     pub exit_file: PathBuf,
     /// The runsc command line (program first).
     pub command: Vec<String>,
-    /// Start runsc in a private mount namespace with an empty tmpfs over `/proc/sys/net`.
+    /// Start runsc in a mount namespace of its own with an empty tmpfs over `/proc/sys/net`.
     /// This runsc (0.0~20240729) refuses `--network=sandbox` when
     /// `/proc/sys/net/core/rmem_default` exists, which it does in every namespace of this
     /// kernel (fixed upstream in 20240807); hiding it is the workaround (notes, pitfall 1).
@@ -47,6 +47,10 @@ pub struct ShimArgs {
     pub control: Option<PathBuf>,
     /// Two-stage mode: written once the first command succeeded and `control` listens.
     pub ready_file: Option<PathBuf>,
+    /// The instance's volume staging directory (`<mounts>/sandbox/<id>`, volumes.rs): with
+    /// `hide_proc_sys_net`, the copies of other instances' stagings and of the volumes' host
+    /// mounts (`<mounts>/volume/*`) are dropped from the namespace; this one is kept.
+    pub volume_staging: Option<PathBuf>,
 }
 
 /// The second-stage request on the control socket.
@@ -78,12 +82,7 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
     };
     let (host_end, guest_end) = UnixStream::pair()?;
     let guest_out = guest_end.try_clone()?;
-    let mut cmd = runsc_command(
-        program,
-        &args.command[1..],
-        args.hide_proc_sys_net,
-        &args.exit_file,
-    );
+    let mut cmd = runsc_command(program, &args.command[1..], args);
     cmd.stdin(Stdio::from(OwnedFd::from(guest_end)))
         .stdout(Stdio::from(OwnedFd::from(guest_out)));
     let mut child = cmd.spawn()?;
@@ -128,12 +127,12 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
 
 /// A runsc command with stderr to the shim's log, in the `/proc/sys/net` workaround when asked
 /// (`exit_file` lies in the instance's directory: it names the instance's own disk).
-fn runsc_command(program: &str, args: &[String], hide: bool, exit_file: &Path) -> Command {
+fn runsc_command(program: &str, args: &[String], shim: &ShimArgs) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args).stderr(Stdio::inherit());
-    if hide {
+    if shim.hide_proc_sys_net {
         use std::os::unix::process::CommandExt;
-        let disks = ForeignDisks::of(exit_file);
+        let disks = ForeignDisks::of(&shim.exit_file, shim.volume_staging.as_deref());
         // SAFETY: the closure runs in the forked child before exec and only makes system
         // calls (unshare, mount, open, read, umount2) with pointers to static C strings or to
         // buffers on its own stack or made before the fork; it allocates nothing and touches
@@ -155,15 +154,35 @@ fn runsc_command(program: &str, args: &[String], hide: bool, exit_file: &Path) -
 /// disks mounted (and their loop devices attached, their images' space held) long after their
 /// own destroy unmounted them. The copies are unmounted right after `unshare`, from the
 /// namespace's own mount table, so a disk mounted meanwhile is not missed.
+///
+/// Volumes (volumes.rs) are dropped likewise: other instances' staging directories (with the
+/// volumes bound in them) and the host mounts of volume images. They live under a shared mount,
+/// so this namespace's copies are slaves that an unmount on the host removes anyway; dropping
+/// them keeps the namespace to what its instance uses. First the copy of the volume root itself
+/// is made private, so stagings and host mounts made later do not propagate in either. The
+/// instance's own staging directory stays, a slave of the host's (its own mount, unaffected by
+/// its parent's propagation): runsc binds it at `/mnt`, and volumes bound into it later reach
+/// the sandbox through it.
 struct ForeignDisks {
     /// `<instances dir>/`, escaped as in `/proc/self/mountinfo`.
     prefix: Vec<u8>,
     /// This instance's own disk, escaped likewise (kept).
     own: Vec<u8>,
+    /// Volumes, when the instance has a staging directory: `<mounts>/sandbox/`,
+    /// `<mounts>/volume/` and its own staging directory, escaped.
+    volumes: Option<VolumeMounts>,
+}
+
+/// The escaped paths of [`ForeignDisks::volumes`], and the volume root as a C string.
+struct VolumeMounts {
+    root: std::ffi::CString,
+    stagings: Vec<u8>,
+    images: Vec<u8>,
+    own: Vec<u8>,
 }
 
 impl ForeignDisks {
-    fn of(exit_file: &Path) -> Self {
+    fn of(exit_file: &Path, volume_staging: Option<&Path>) -> Self {
         use std::os::unix::ffi::OsStrExt;
         let dir = exit_file.parent().unwrap_or(Path::new("/"));
         let instances = dir.parent().unwrap_or(Path::new("/"));
@@ -181,18 +200,47 @@ impl ForeignDisks {
         };
         let mut prefix = escape(instances);
         prefix.push(b'/');
+        let volumes = volume_staging.and_then(|own| {
+            let stagings = own.parent()?;
+            let root = stagings.parent()?;
+            let with_slash = |p: &Path| {
+                let mut v = escape(p);
+                v.push(b'/');
+                v
+            };
+            Some(VolumeMounts {
+                root: std::ffi::CString::new(root.as_os_str().as_bytes()).ok()?,
+                stagings: with_slash(stagings),
+                images: with_slash(&root.join("volume")),
+                own: escape(own),
+            })
+        });
         ForeignDisks {
             prefix,
             own: escape(&dir.join("disk")),
+            volumes,
         }
     }
 
-    /// Whether the escaped mount point `m` is another instance's disk.
+    /// Whether the escaped mount point `m` is another instance's disk or volume staging
+    /// directory, or a volume's host mount (the volumes bound in this instance's own staging
+    /// directory are separate mounts there, which stay).
     fn is_foreign(&self, m: &[u8]) -> bool {
-        m.starts_with(&self.prefix)
+        let disk = m.starts_with(&self.prefix)
             && m.ends_with(b"/disk")
             && m != self.own.as_slice()
-            && !m[self.prefix.len()..m.len() - b"/disk".len()].contains(&b'/')
+            && !m[self.prefix.len()..m.len() - b"/disk".len()].contains(&b'/');
+        disk || self.volumes.as_ref().is_some_and(|v| {
+            let own = m == v.own.as_slice()
+                || (m.starts_with(&v.own) && m.get(v.own.len()) == Some(&b'/'));
+            let staging = m.starts_with(&v.stagings)
+                && !m[v.stagings.len()..].contains(&b'/')
+                && m.len() > v.stagings.len();
+            let image = m.starts_with(&v.images)
+                && !m[v.images.len()..].contains(&b'/')
+                && m.len() > v.images.len();
+            !own && (staging || image)
+        })
     }
 
     /// In the child after `unshare`: lazily unmounts every foreign disk of this namespace.
@@ -200,6 +248,19 @@ impl ForeignDisks {
     /// or unmount stays, as before. Passes repeat while one unmounted something, because the
     /// mount table changes under the reader.
     fn drop_copies(&self) {
+        if let Some(v) = &self.volumes {
+            // SAFETY: `root` is a NUL-terminated path made before the fork; the other pointers
+            // are null, which mount(2) accepts for a propagation change.
+            unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    v.root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_PRIVATE,
+                    std::ptr::null(),
+                );
+            }
+        }
         for _ in 0..8 {
             if self.one_pass() == 0 {
                 return;
@@ -312,7 +373,7 @@ fn second_stage(args: &ShimArgs, control: &PathBuf, guest_closed: &AtomicBool) -
             let _ = writeln!(reply, "error: empty argv");
             continue;
         };
-        let mut cmd = runsc_command(program, rest, args.hide_proc_sys_net, &args.exit_file);
+        let mut cmd = runsc_command(program, rest, args);
         cmd.stdin(Stdio::null()).stdout(Stdio::null());
         match cmd.spawn() {
             Ok(mut child) => {
@@ -433,6 +494,7 @@ mod tests {
             hide_proc_sys_net: false,
             control: Some(dir.join("control.sock")),
             ready_file: Some(dir.join("ready")),
+            volume_staging: None,
         };
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -453,12 +515,32 @@ mod tests {
 
     #[test]
     fn only_other_instances_disks_are_foreign() {
-        let d = ForeignDisks::of(Path::new("/data/my dir/instances/ps-a/exit"));
+        let d = ForeignDisks::of(Path::new("/data/my dir/instances/ps-a/exit"), None);
         assert_eq!(d.prefix, b"/data/my\\040dir/instances/".to_vec());
         assert!(d.is_foreign(b"/data/my\\040dir/instances/ps-b/disk"));
         assert!(!d.is_foreign(b"/data/my\\040dir/instances/ps-a/disk"));
         assert!(!d.is_foreign(b"/data/my\\040dir/instances/ps-b/disk/x/disk"));
         assert!(!d.is_foreign(b"/data/other/instances/ps-b/disk"));
         assert!(!d.is_foreign(b"/run/netns/ps-b"));
+        assert!(!d.is_foreign(b"/data/my\\040dir/mounts/sandbox/ps-b"));
+    }
+
+    #[test]
+    fn other_instances_volumes_are_foreign_and_own_ones_kept() {
+        let d = ForeignDisks::of(
+            Path::new("/data/instances/ps-a/exit"),
+            Some(Path::new("/data/mounts/sandbox/ps-a")),
+        );
+        assert!(d.is_foreign(b"/data/instances/ps-b/disk"));
+        assert!(!d.is_foreign(b"/data/mounts/sandbox/ps-a"));
+        assert!(!d.is_foreign(b"/data/mounts/sandbox/ps-a/work"));
+        assert!(d.is_foreign(b"/data/mounts/sandbox/ps-b"));
+        assert!(d.is_foreign(b"/data/mounts/sandbox/ps-ab"));
+        // Below another staging: goes with it (a lazy unmount takes the subtree).
+        assert!(!d.is_foreign(b"/data/mounts/sandbox/ps-b/work"));
+        assert!(d.is_foreign(b"/data/mounts/volume/vol-1"));
+        assert!(!d.is_foreign(b"/data/mounts"), "the shared root stays");
+        assert!(!d.is_foreign(b"/data/mounts/sandbox/"));
+        assert!(!d.is_foreign(b"/data/other/volume/vol-1"));
     }
 }

@@ -115,6 +115,9 @@ async fn boot_checkpoint_restore_pause_destroy() {
         network: None,
         instances_dir: work.clone(),
         disks: None,
+        // Beside `work`: collect_stale(work) must see only instance disks.
+        mounts_dir: sibling(&work, "mounts"),
+        volumes_dir: work.join("volumes"),
     })
     .unwrap();
     // Ids unique to this run: a killed earlier run may have left cgroups behind (frozen ones
@@ -138,6 +141,7 @@ async fn boot_checkpoint_restore_pause_destroy() {
             network: None,
             template_build: false,
             disk_mb: Some(256),
+            volumes: Vec::new(),
         }
     };
 
@@ -208,7 +212,15 @@ async fn boot_checkpoint_restore_pause_destroy() {
     }
     assert!(engine.list().await.unwrap().is_empty());
     assert_no_disks_under(&work);
+    engine.shutdown(false).await;
+    assert_no_disks_under(&sibling(&work, "mounts"));
     let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(sibling(&work, "mounts"));
+}
+
+/// `<dir>-<what>`, next to `dir`.
+fn sibling(dir: &std::path::Path, what: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("{}-{what}", dir.display()))
 }
 
 /// No mount and no loop device of an image under `dir` is left.
@@ -251,6 +263,8 @@ async fn a_disk_bounds_what_a_sandbox_writes() {
             spare_mb: 128,
             stock: 1,
         }),
+        mounts_dir: sibling(&work, "mounts"),
+        volumes_dir: work.join("volumes"),
     })
     .unwrap();
     let nonce = std::time::SystemTime::now()
@@ -272,6 +286,7 @@ async fn a_disk_bounds_what_a_sandbox_writes() {
             network: None,
             template_build: false,
             disk_mb: Some(128),
+            volumes: Vec::new(),
         }
     };
     let a = spec(1);
@@ -333,7 +348,8 @@ async fn a_disk_bounds_what_a_sandbox_writes() {
     // A loop device a crash left attached (no mount) is detached by start-up recovery.
     let stray = work.join("ps-stray").join("disk.img");
     std::fs::create_dir_all(stray.parent().unwrap()).unwrap();
-    pandastack_gvisor::disk::format(&stray, 64).expect("format");
+    pandastack_gvisor::disk::format(&stray, 64, pandastack_gvisor::disk::Kind::Scratch)
+        .expect("format");
     let attached = std::process::Command::new("losetup")
         .args(["-f", "--show"])
         .arg(&stray)
@@ -343,7 +359,10 @@ async fn a_disk_bounds_what_a_sandbox_writes() {
     assert_eq!(pandastack_gvisor::disk::collect_stale(&work).1.len(), 1);
     engine.recover(&[]).await.expect("recovery");
     assert_no_disks_under(&work);
+    engine.shutdown(false).await;
+    assert_no_disks_under(&sibling(&work, "mounts"));
     let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(sibling(&work, "mounts"));
 }
 
 /// The files of the test's prerequisites, or `None` (after a `SKIPPED:` line) when they are
@@ -418,6 +437,9 @@ async fn networked_instances_get_their_own_address_and_policy() {
         }),
         instances_dir: work.clone(),
         disks: None,
+        // Beside `work`: collect_stale(work) must see only instance disks.
+        mounts_dir: sibling(&work, "mounts"),
+        volumes_dir: work.join("volumes"),
     })
     .unwrap();
     engine.recover(&[]).await.expect("network recovery");
@@ -440,6 +462,7 @@ async fn networked_instances_get_their_own_address_and_policy() {
             network: Some(pandastack_engine::NetworkPolicy::open()),
             template_build: false,
             disk_mb: Some(256),
+            volumes: Vec::new(),
         }
     };
 
@@ -524,10 +547,12 @@ async fn networked_instances_get_their_own_address_and_policy() {
         !text.contains("chain slot_"),
         "policy chains left behind: {text}"
     );
+    engine.shutdown(false).await;
     let _ = std::process::Command::new("nft")
         .args(["delete", "table", "inet", &format!("pandastack_{tag}")])
         .status();
     let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(sibling(&work, "mounts"));
 }
 
 /// Restore targets: a container made in advance takes a restore (under the policy of the
@@ -555,6 +580,8 @@ async fn restores_land_on_containers_made_in_advance() {
         }),
         instances_dir: work.join("instances"),
         disks: None,
+        mounts_dir: work.join("mounts"),
+        volumes_dir: work.join("volumes"),
     })
     .unwrap();
     engine.recover(&[]).await.expect("network recovery");
@@ -577,6 +604,7 @@ async fn restores_land_on_containers_made_in_advance() {
             network: Some(policy),
             template_build: false,
             disk_mb: Some(256),
+            volumes: Vec::new(),
         }
     };
     let open = pandastack_engine::NetworkPolicy::open();
@@ -658,5 +686,299 @@ async fn restores_land_on_containers_made_in_advance() {
         names_with("/run/netns", &format!("ps-{tag}-")),
         Vec::<String>::new()
     );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Mount points under `root` in this process's mount namespace, and loop devices whose image
+/// lies under `root`.
+fn mounts_and_loops_under(root: &Path) -> (Vec<String>, Vec<String>) {
+    let root = root.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&root))
+        .map(String::from)
+        .collect();
+    let loops = std::fs::read_dir("/sys/block")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|d| std::fs::read_to_string(d.path().join("loop/backing_file")).ok())
+        .filter(|b| b.starts_with(&root))
+        .collect();
+    (mounts, loops)
+}
+
+/// Mount points seen by the runsc process of the shim started with `--volume-staging staging`.
+fn namespace_mounts_of(staging: &Path) -> Vec<String> {
+    let pids = std::process::Command::new("pgrep")
+        .arg("-f")
+        .arg(format!("volume-staging {}", staging.display()))
+        .output()
+        .unwrap();
+    let shim = String::from_utf8_lossy(&pids.stdout)
+        .split_whitespace()
+        .next()
+        .map(String::from)
+        .expect("the shim of the instance");
+    let kids = std::process::Command::new("pgrep")
+        .args(["-P", &shim])
+        .output()
+        .unwrap();
+    let runsc = String::from_utf8_lossy(&kids.stdout)
+        .split_whitespace()
+        .next()
+        .map(String::from)
+        .expect("the shim's runsc");
+    std::fs::read_to_string(format!("/proc/{runsc}/mountinfo"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(String::from))
+        .collect()
+}
+
+/// Volumes (issue 9): attached at boot and to a running instance, at `/mnt/{name}` with their
+/// size; read-only ones refuse writes, `/mnt` itself too; an image held read-write is refused
+/// to a second instance; a checkpoint holding a file open on a volume restores onto a target
+/// (made before the volume was known) with the volume; a restarted engine
+/// rebuilds what a live instance holds; releasing and destroying leave no mount or loop device.
+#[tokio::test(flavor = "multi_thread")]
+async fn volumes_follow_instances_through_attach_restore_and_restart() {
+    let Some((rootfs, guest_dir, shim)) = prerequisites() else {
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("pandastack-vol-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(work.join("instances")).unwrap();
+    let tag = format!("{:06x}", (std::process::id() + 13) % 0xff_ffff);
+    let cfg = GvisorConfig {
+        runsc: "runsc".into(),
+        state_root: work.join("runsc"),
+        platform: "ptrace".into(),
+        shim_command: vec![shim.display().to_string(), "shim".into()],
+        network: Some(pandastack_gvisor::net::NetConfig {
+            data_dir: work.clone(),
+            tag: tag.clone(),
+            cidr: None,
+            stock: 0,
+        }),
+        instances_dir: work.join("instances"),
+        disks: None,
+        mounts_dir: work.join("mounts"),
+        volumes_dir: work.join("volumes"),
+    };
+    let engine = GvisorEngine::new(cfg.clone()).unwrap();
+    engine.recover(&[]).await.expect("recovery");
+    let images = work.join("volumes");
+    std::fs::create_dir_all(&images).unwrap();
+    let vol = |name: &str, read_only: bool| pandastack_engine::VolumeMount {
+        name: name.into(),
+        image: images.join(format!("vol-{name}.ext4")),
+        read_only,
+    };
+    engine
+        .format_volume(&vol("a", false).image, 256)
+        .await
+        .unwrap();
+    engine
+        .format_volume(&vol("b", false).image, 64)
+        .await
+        .unwrap();
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let spec = |n: u8, volumes: Vec<pandastack_engine::VolumeMount>| {
+        let mut bytes = [n; 16];
+        bytes[..12].copy_from_slice(&(nonce ^ u128::from(std::process::id())).to_be_bytes()[4..]);
+        let id = instance_id_from(bytes);
+        SandboxSpec {
+            dir: work.join("instances").join(&id),
+            instance_id: id,
+            rootfs: rootfs.clone(),
+            guest_dir: guest_dir.clone(),
+            cpu: 1,
+            memory_mb: 256,
+            hostname: "sandbox".into(),
+            network: Some(pandastack_engine::NetworkPolicy::open()),
+            template_build: false,
+            // The disk layout too: its shim drops other instances' disks from its mount
+            // namespace and must keep the volumes.
+            disk_mb: Some(128),
+            volumes,
+        }
+    };
+
+    let a = spec(1, vec![vol("a", false)]);
+    let inst = engine.boot(&a).await.expect("boot with a volume");
+    let (out, code) = exec_stdout(
+        &inst.guest_socket,
+        "sh -c 'echo kept > /mnt/a/note && sync && df -k /mnt/a | tail -1'",
+    );
+    assert_eq!(code, 0, "{out}");
+    let size_kb: u64 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!((200_000..=262_144).contains(&size_kb), "df: {out}");
+    let (out, code) = exec_stdout(&inst.guest_socket, "sh -c 'touch /mnt/stray 2>&1'");
+    assert!(code != 0 && out.contains("Read-only"), "{code} {out}");
+
+    // Attached to the running instance (a warm-pool claim), read-only.
+    engine
+        .attach_volumes(&a.instance_id, &a.dir, &[vol("b", true)])
+        .await
+        .expect("attach to a running instance");
+    let (out, _) = exec_stdout(&inst.guest_socket, "sh -c 'ls /mnt/b; touch /mnt/b/x 2>&1'");
+    assert!(
+        out.contains("lost+found") && out.contains("Read-only"),
+        "{out}"
+    );
+    let refused = engine
+        .attach_volumes(&a.instance_id, &a.dir, &[vol("b", true)])
+        .await;
+    assert!(refused.is_err(), "a volume attached twice");
+
+    // A process keeps a file open on the volume across the checkpoint.
+    exec_stdout(
+        &inst.guest_socket,
+        "sh -c 'setsid sh -c \"exec 3>>/mnt/a/held; exec sleep 600\" </dev/null >/dev/null 2>&1 &'",
+    );
+    let image = work.join("image");
+    engine
+        .checkpoint(&a.instance_id, &image, true)
+        .await
+        .expect("checkpoint");
+    let busy = engine.boot(&spec(9, vec![vol("a", false)])).await;
+    assert!(busy.is_err(), "a volume held read-write was attached twice");
+
+    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while engine.targets_held() < 1
+        || names_with(&work.join("instances").display().to_string(), "ps-")
+            .iter()
+            .all(|d| !work.join("instances").join(d).join("created").exists())
+    {
+        assert!(std::time::Instant::now() < deadline, "no restore target");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    engine
+        .release_volumes(&a.instance_id, &a.dir)
+        .await
+        .expect("release");
+    let (_, loops) = mounts_and_loops_under(&images);
+    assert!(loops.is_empty(), "images still attached: {loops:?}");
+    let (mounts, _) = mounts_and_loops_under(&work.join("mounts/volume"));
+    assert!(mounts.is_empty(), "volumes still mounted: {mounts:?}");
+
+    let b = spec(2, vec![vol("a", false), vol("b", true)]);
+    let restored = engine
+        .restore(&b, &image)
+        .await
+        .expect("restore with volumes");
+    assert_ne!(
+        restored.instance_id, b.instance_id,
+        "the target was not used"
+    );
+    let (out, _) = exec_stdout(
+        &restored.guest_socket,
+        "sh -c 'cat /mnt/a/note; ls -l /proc/*/fd 2>/dev/null | grep -c /mnt/a/held'",
+    );
+    assert_eq!(out, "kept\n1\n");
+    // The restored instance's runsc sees its own staging directory (with its volumes) and no
+    // other instance's, though `a`'s existed when its namespace was made.
+    let seen = namespace_mounts_of(&work.join("mounts/sandbox").join(&restored.instance_id));
+    let own = format!("mounts/sandbox/{}", restored.instance_id);
+    assert!(
+        seen.iter().any(|m| m.ends_with(&format!("{own}/a"))),
+        "its volume is missing: {seen:?}"
+    );
+    let ours = format!("{}/", work.join("mounts").display());
+    let foreign: Vec<&String> = seen
+        .iter()
+        .filter(|m| m.starts_with(&ours) && !m.contains(&own))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "other instances' volume mounts in its namespace: {foreign:?}"
+    );
+
+    // A restarted engine rebuilds the state of the instance that lives on, and unmounts the
+    // staging directory of one that does not.
+    let dead = work
+        .join("mounts/sandbox")
+        .join(spec(4, vec![]).instance_id);
+    std::fs::create_dir_all(&dead).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&dead)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    // And a loop device a crash left on a volume image between `losetup` and `mount`.
+    engine
+        .format_volume(&vol("c", false).image, 64)
+        .await
+        .unwrap();
+    let looped = std::process::Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(vol("c", false).image)
+        .output()
+        .unwrap();
+    assert!(looped.status.success(), "losetup: {looped:?}");
+    let restarted = GvisorEngine::new(cfg).unwrap();
+    restarted
+        .recover(&[(restored.instance_id.clone(), restored.dir.clone())])
+        .await
+        .expect("recovery after restart");
+    assert!(
+        !dead.exists(),
+        "a dead instance's staging directory was left"
+    );
+    let stray = String::from_utf8_lossy(&looped.stdout).trim().to_string();
+    let backing = format!(
+        "/sys/block/{}/loop/backing_file",
+        stray.trim_start_matches("/dev/")
+    );
+    assert!(
+        !std::path::Path::new(&backing).exists(),
+        "the stray loop device of a volume image was left: {stray}"
+    );
+    let (out, code) = exec_stdout(
+        &restored.guest_socket,
+        "sh -c 'echo more >> /mnt/a/note; sync; cat /mnt/a/note'",
+    );
+    assert_eq!((out.as_str(), code), ("kept\nmore\n", 0));
+    for (id, dir) in [
+        (&a.instance_id, &a.dir),
+        (&restored.instance_id, &restored.dir),
+    ] {
+        restarted.destroy(id, dir).await.expect("destroy");
+    }
+    // The volumes are closed (the first engine's refilled restore target, with a disk and a
+    // staging directory of its own, goes at its shutdown below).
+    let (_, loops) = mounts_and_loops_under(&images);
+    assert!(loops.is_empty(), "volume images still attached: {loops:?}");
+    let (mounts, _) = mounts_and_loops_under(&work.join("mounts/volume"));
+    assert!(mounts.is_empty(), "volumes still mounted: {mounts:?}");
+    engine.shutdown(false).await;
+    restarted.shutdown(false).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !engine.list().await.unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "containers left");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(mounts_and_loops_under(&work), (vec![], vec![]));
+    // The volume outlived every instance, with what they wrote.
+    let check = std::process::Command::new("e2fsck")
+        .args(["-f", "-n"])
+        .arg(vol("a", false).image)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let _ = std::process::Command::new("nft")
+        .args(["delete", "table", "inet", &format!("pandastack_{tag}")])
+        .status();
     let _ = std::fs::remove_dir_all(&work);
 }

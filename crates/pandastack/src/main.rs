@@ -183,6 +183,16 @@ struct ServerArgs {
         default_value = "/usr/lib/postgresql/15/bin"
     )]
     postgres_bin: PathBuf,
+    /// Volumes one workspace may have; past it volume creates answer 429.
+    #[arg(long, env = "PANDASTACK_WORKSPACE_MAX_VOLUMES", default_value_t = 20)]
+    workspace_max_volumes: usize,
+    /// GiB one workspace's volumes may add up to (provisioned sizes); past it 429.
+    #[arg(
+        long,
+        env = "PANDASTACK_WORKSPACE_MAX_VOLUME_GB",
+        default_value_t = 100.0
+    )]
+    workspace_max_volume_gb: f64,
 }
 
 /// `FIRST-LAST` with FIRST <= LAST, both non-zero ports.
@@ -253,6 +263,10 @@ struct ShimArgs {
     /// Two-stage mode: written once the first command succeeded.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// The instance's volume staging directory (kept in its mount namespace; other
+    /// instances' stagings and the volumes' host mounts are dropped).
+    #[arg(long)]
+    volume_staging: Option<PathBuf>,
     #[arg(last = true, required = true)]
     command: Vec<String>,
 }
@@ -277,6 +291,7 @@ fn main() -> Result<()> {
                 hide_proc_sys_net: a.hide_proc_sys_net,
                 control: a.control,
                 ready_file: a.ready_file,
+                volume_staging: a.volume_staging,
             })
             .context("shim")?;
             std::process::exit(code);
@@ -346,6 +361,10 @@ fn main() -> Result<()> {
                     ports: a.database_ports,
                     fsync: a.database_fsync == "on",
                     postgres_bin: a.postgres_bin,
+                },
+                volume_limits: pandastack_server::host::VolumeLimits {
+                    workspace_max_volumes: a.workspace_max_volumes,
+                    workspace_max_volume_mb: (a.workspace_max_volume_gb * 1024.0) as u64,
                 },
             };
             let rt = tokio::runtime::Runtime::new()?;

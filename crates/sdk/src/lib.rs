@@ -78,6 +78,7 @@ mod retry;
 mod sandbox;
 mod sse;
 pub mod template_builds;
+mod volumes;
 mod workspace;
 
 pub use client::{
@@ -92,4 +93,5 @@ pub use files::Files;
 pub use pandastack_api as api;
 pub use sandbox::{without_nulls, LogStream, Sandbox, Sandboxes};
 pub use sse::SseEvent;
+pub use volumes::Volumes;
 pub use workspace::{Snapshots, Templates, Tokens};

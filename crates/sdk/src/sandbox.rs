@@ -275,7 +275,10 @@ impl Sandbox {
     pub async fn fork(&self, metadata: Option<BTreeMap<String, String>>) -> Result<Sandbox> {
         let call = self
             .call(Method::POST, &["fork"])
-            .json(&api::ForkRequest { metadata })?
+            .json(&api::ForkRequest {
+                metadata,
+                volumes: None,
+            })?
             .deadline(Deadline::After(SLOW_TIMEOUT))
             .capacity();
         let info = self.client.json(call).await?;
@@ -293,7 +296,11 @@ impl Sandbox {
     ) -> Result<Vec<Sandbox>> {
         let call = self
             .call(Method::POST, &["fork-tree"])
-            .json(&api::ForkTreeRequest { count, metadata })?
+            .json(&api::ForkTreeRequest {
+                count,
+                metadata,
+                volumes: None,
+            })?
             .deadline(Deadline::After(SLOW_TIMEOUT))
             .capacity();
         let infos: Vec<api::Sandbox> = self.client.json(call).await?;

@@ -140,6 +140,8 @@ pub struct ServerConfig {
     pub disks: DiskSettings,
     /// Databases (issue 10).
     pub databases: databases::DatabaseSettings,
+    /// Volume quotas (issue 9).
+    pub volume_limits: host::VolumeLimits,
 }
 
 /// Disk settings of `pandastack server` (issue 8; README "Limits").
@@ -273,6 +275,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
                 spare_mb: cfg.disks.default_disk_mb,
                 stock: cfg.disks.spare_disks,
             }),
+            mounts_dir: cfg.data_dir.join("mounts"),
+            volumes_dir: cfg.data_dir.join("volumes"),
         },
     )?);
     let secret = store
@@ -309,6 +313,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             max_disk_mb: cfg.disks.max_disk_mb,
             host_name: cluster_cfg.host_name.clone(),
             cluster: cluster_cfg.shared,
+            volume_limits: cfg.volume_limits.clone(),
         },
     );
     let cluster = cluster::Cluster::new(cluster_cfg, host.store.clone());

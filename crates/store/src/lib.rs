@@ -1,5 +1,6 @@
 //! The control-plane store: workspaces, API keys, sandboxes, code contexts, snapshots,
-//! databases, lifecycle events, the intent records of operations in progress and template builds.
+//! volumes, databases, lifecycle events, the intent records of operations in progress and
+//! template builds.
 //!
 //! Two backends behind one API (issue 12): an embedded SQLite file (WAL mode; the default, one
 //! host) and PostgreSQL (`--store postgres://...`, shared by every host of a cluster). Both run
@@ -20,6 +21,7 @@ mod rows;
 mod sandboxes;
 mod settings;
 mod template_builds;
+mod volumes;
 mod workspaces;
 
 pub use cluster::HostRow;
@@ -270,6 +272,11 @@ pub(crate) mod testing {
             guest_ip: Some("10.201.0.6".into()),
             disk_mb: Some(1024),
             host: "h".into(),
+            volumes: vec![super::SandboxVolume {
+                volume_id: "vol-1".into(),
+                name: "work".into(),
+                read_only: false,
+            }],
         }
     }
 

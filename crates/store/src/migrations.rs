@@ -181,6 +181,22 @@ const SQLITE: &[&str] = &[
     CREATE INDEX leases_host ON leases(host);
     CREATE INDEX leases_expiry ON leases(expires_at);
     "#,
+    // 8: volumes (issue 9): named per workspace, on the host that holds the image; the volumes
+    // each sandbox holds and the ones each snapshot was taken with (JSON lists of
+    // {volume_id, name, read_only}).
+    r#"
+    CREATE TABLE volumes (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        name TEXT NOT NULL,
+        size_mb INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        UNIQUE (workspace_id, name)
+    );
+    ALTER TABLE sandboxes ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE snapshots ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
+    "#,
 ];
 
 /// PostgreSQL schema history (table `pandastack_schema` = how many have run). The same tables
@@ -350,6 +366,20 @@ const POSTGRES: &[&str] = &[
     CREATE TRIGGER events_notify AFTER INSERT ON events
         FOR EACH ROW EXECUTE FUNCTION pandastack_notify_event();
     "#,
+    // 2: volumes (issue 9), as SQLite's 8.
+    r#"
+    CREATE TABLE volumes (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        name TEXT NOT NULL,
+        size_mb BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        host TEXT NOT NULL,
+        UNIQUE (workspace_id, name)
+    );
+    ALTER TABLE sandboxes ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE snapshots ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
+    "#,
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating ("pandasta" in ASCII).
@@ -432,6 +462,7 @@ mod tests {
                 "events",
                 "settings",
                 "operations",
+                "volumes",
             ] {
                 sqlx::query(&format!("SELECT COUNT(*) FROM {t}"))
                     .fetch_one(s.pool())

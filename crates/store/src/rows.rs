@@ -65,6 +65,35 @@ pub struct SandboxRow {
     pub disk_mb: Option<u32>,
     /// Name of the host the sandbox lives on (issue 12); its requests are served there.
     pub host: String,
+    /// Volumes the sandbox holds (issue 9), kept while it is hibernated and cleared when it
+    /// is deleted or fails.
+    #[serde(default)]
+    pub volumes: Vec<SandboxVolume>,
+}
+
+/// A volume: a named ext4 image of a workspace (`<data_dir>/volumes/<id>.ext4`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeRow {
+    /// `vol-` and 32 hex digits.
+    pub id: String,
+    pub workspace_id: String,
+    /// Unique within the workspace.
+    pub name: String,
+    /// Provisioned size, MiB.
+    pub size_mb: u32,
+    pub created_at: i64,
+    /// Name of the host whose disk holds the image (issue 12): sandboxes that attach the
+    /// volume are made there.
+    pub host: String,
+}
+
+/// A volume as a sandbox or snapshot holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxVolume {
+    pub volume_id: String,
+    /// The volume's name (its directory `/mnt/{name}`), as it was attached.
+    pub name: String,
+    pub read_only: bool,
 }
 
 /// A code context: a REST handle bound to one kernel in a sandbox.
@@ -101,6 +130,10 @@ pub struct SnapshotRow {
     pub disk_mb: Option<u32>,
     /// Name of the host whose disk holds the image (issue 12).
     pub host: String,
+    /// Volumes the sandbox held at capture time: a restore attaches them again (their content
+    /// is not in the image).
+    #[serde(default)]
+    pub volumes: Vec<SandboxVolume>,
 }
 
 /// One lifecycle transition of a sandbox or a database.

@@ -5,11 +5,12 @@ use sqlx::any::AnyRow;
 
 const SANDBOX_COLS: &str = "id, workspace_id, template, template_generation, status, cpu, memory_mb, metadata, envs,
     ttl_seconds, persistent, created_at, last_active_at, instance_id, instance_dir, rootfs, guest_dir, boot_ms,
-    boot_mode, from_snapshot, hibernate_image, deleted_at, network, guest_ip, disk_mb, host";
+    boot_mode, from_snapshot, hibernate_image, deleted_at, network, guest_ip, disk_mb, host,
+    volumes";
 
 const SNAPSHOT_COLS: &str =
     "id, workspace_id, sandbox_id, template, template_generation, cpu, memory_mb, rootfs,
-    guest_dir, image_dir, size_bytes, kernels, created_at, disk_mb, host";
+    guest_dir, image_dir, size_bytes, kernels, created_at, disk_mb, host, volumes";
 
 fn sandbox_from_row(r: &AnyRow) -> Result<SandboxRow, sqlx::Error> {
     Ok(SandboxRow {
@@ -47,6 +48,7 @@ fn sandbox_from_row(r: &AnyRow) -> Result<SandboxRow, sqlx::Error> {
         guest_ip: r.opt_text(23)?,
         disk_mb: r.opt_uint(24)?,
         host: r.text(25)?,
+        volumes: r.json(26)?,
     })
 }
 
@@ -72,6 +74,7 @@ fn snapshot_from_row(r: &AnyRow) -> Result<SnapshotRow, sqlx::Error> {
         created_at: r.int(12)?,
         disk_mb: r.opt_uint(13)?,
         host: r.text(14)?,
+        volumes: r.json(15)?,
     })
 }
 
@@ -123,6 +126,7 @@ impl Store {
             .bind(&s.guest_ip)
             .bind(s.disk_mb.map(i64::from))
             .bind(&s.host)
+            .bind(serde_json::to_string(&s.volumes)?)
             .execute(self.pool())
             .await?;
         Ok(())
@@ -180,13 +184,13 @@ impl Store {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Gives every sandbox, snapshot and operation to `host`: a store of one host (SQLite)
-    /// belongs wholly to it, whatever its name was before.
+    /// Gives every sandbox, snapshot, operation and volume to `host`: a store of one host
+    /// (SQLite) belongs wholly to it, whatever its name was before.
     ///
     /// # Errors
     /// [`StoreError::Db`].
     pub async fn claim_all(&self, host: &str) -> Result<(), StoreError> {
-        for table in ["sandboxes", "snapshots", "operations"] {
+        for table in ["sandboxes", "snapshots", "operations", "volumes"] {
             sqlx::query(&format!("UPDATE {table} SET host = $1 WHERE host <> $1"))
                 .bind(host)
                 .execute(self.pool())
@@ -270,7 +274,7 @@ impl Store {
     /// [`StoreError::Db`].
     pub async fn insert_snapshot(&self, s: &SnapshotRow) -> Result<(), StoreError> {
         sqlx::query(&format!(
-            "INSERT INTO snapshots ({SNAPSHOT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+            "INSERT INTO snapshots ({SNAPSHOT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
         ))
         .bind(&s.id)
         .bind(&s.workspace_id)
@@ -287,6 +291,7 @@ impl Store {
         .bind(s.created_at)
         .bind(s.disk_mb.map(i64::from))
         .bind(&s.host)
+        .bind(serde_json::to_string(&s.volumes)?)
         .execute(self.pool())
         .await?;
         Ok(())

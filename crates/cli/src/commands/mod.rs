@@ -13,6 +13,7 @@ pub mod snapshot;
 pub mod template;
 pub mod token;
 pub mod version;
+pub mod volume;
 
 use crate::config::Settings;
 use crate::error::{CliError, Result};
@@ -102,6 +103,7 @@ pub fn dispatch(cmd: Command) -> Result<i32> {
         Command::Fs(a) => fs::run(a.command, &Ctx::new(&a.opts)?),
         Command::Snapshot(a) => snapshot::run(a.command, &Ctx::new(&a.opts)?),
         Command::Db(a) => db::run(a.command, &Ctx::new(&a.opts)?),
+        Command::Volume(a) => volume::run(a.command, &Ctx::new(&a.opts)?),
         Command::Template(a) => template::run(a.command, &Ctx::new(&a.opts)?),
         Command::Token(a) => token::run(a.command, &Ctx::new(&a.opts)?),
         Command::Auth(a) => auth::run(a.command, &Ctx::new(&a.opts)?),

@@ -46,7 +46,9 @@ async fn fork(
     let t = std::time::Instant::now();
     let host = st.host.clone();
     let metadata = b.metadata.unwrap_or_default();
-    let mut children = super::detached(async move { host.fork(&live, 1, metadata).await }).await?;
+    let detach = b.volumes == Some(pandastack_api::ForkVolumes::Detach);
+    let mut children =
+        super::detached(async move { host.fork(&live, 1, metadata, detach).await }).await?;
     crate::metrics::observe("fork", t);
     let child = children
         .pop()
@@ -81,8 +83,9 @@ async fn fork_tree(
     let t = std::time::Instant::now();
     let host = st.host.clone();
     let metadata = b.metadata.unwrap_or_default();
+    let detach = b.volumes == Some(pandastack_api::ForkVolumes::Detach);
     let children =
-        super::detached(async move { host.fork(&live, b.count, metadata).await }).await?;
+        super::detached(async move { host.fork(&live, b.count, metadata, detach).await }).await?;
     crate::metrics::observe("fork_tree", t);
     let mut out = Vec::with_capacity(children.len());
     for c in children {

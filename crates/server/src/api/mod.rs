@@ -22,6 +22,7 @@ pub mod snapshots;
 pub mod template_builds;
 pub mod templates;
 pub mod tokens;
+pub mod volumes;
 
 use pandastack_store::SandboxRow;
 
@@ -80,6 +81,7 @@ pub fn sandbox_json(r: &SandboxRow) -> pandastack_api::Sandbox {
         from_snapshot: r.from_snapshot.clone(),
         disk_mb: r.disk_mb,
         host: r.host.clone(),
+        volumes: crate::host::volumes::sandbox_volumes(&r.volumes),
     }
 }
 

@@ -121,6 +121,7 @@ pub fn v1() -> OpenApiRouter<AppState> {
         .merge(super::tokens::router())
         .merge(super::ports::router())
         .merge(super::databases::router())
+        .merge(super::volumes::router())
         .merge(super::hosts::router())
         // Forwards requests of any path into the sandbox: described by hand in
         // `add_proxy_paths`, as no derive can say "any path".

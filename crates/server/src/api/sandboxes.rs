@@ -166,11 +166,6 @@ async fn create(
     JsonBody(req): JsonBody<CreateSandbox>,
 ) -> Result<Response, ApiError> {
     let ttl = check_ttl(req.ttl_seconds.unwrap_or(st.host.cfg.default_ttl_seconds))?;
-    if req.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
-        return Err(ApiError::BadRequest(
-            "volumes: volumes are not supported by this server yet".into(),
-        ));
-    }
     let template = req
         .template
         .clone()
@@ -190,10 +185,22 @@ async fn create(
     }
     let network = network_policy(st.host.cfg.default_network_policy(), &req)?;
     let disk_mb = check_disk(req.disk_mb, template_disk_mb, &st.host.cfg)?;
-    if let Some(resp) = place_elsewhere(&st, &caller, &headers, &req, &template).await? {
+    let volumes = st
+        .host
+        .resolve_volumes(
+            &caller.workspace_id,
+            req.volumes.as_deref().unwrap_or_default(),
+        )
+        .await?;
+    // A volume's image is on one host's disk: sandboxes that attach it are made there.
+    let volume_host = st.host.volumes_host(&volumes).await?;
+    if let Some(resp) =
+        place_elsewhere(&st, &caller, &headers, &req, &template, volume_host).await?
+    {
         return Ok(resp);
     }
     let spec = CreateSpec {
+        volumes,
         network,
         disk_mb,
         workspace_id: caller.workspace_id,
@@ -248,6 +255,7 @@ async fn place_elsewhere(
     headers: &HeaderMap,
     req: &CreateSandbox,
     template: &str,
+    volume_host: Option<String>,
 ) -> Result<Option<Response>, ApiError> {
     use crate::cluster::place::{place, Need, Placement};
     let snapshot = match &req.from_snapshot {
@@ -266,8 +274,19 @@ async fn place_elsewhere(
         template: snapshot.as_ref().map_or(template, |s| s.template.as_str()),
         memory_mb,
         hint: req.host.as_deref(),
-        image_host: snapshot.as_ref().map(|s| s.host.as_str()),
+        image_host: snapshot
+            .as_ref()
+            .map(|s| s.host.as_str())
+            .or(volume_host.as_deref()),
     };
+    if let (Some(snap), Some(vol)) = (&snapshot, &volume_host) {
+        if &snap.host != vol {
+            return Err(ApiError::Conflict(format!(
+                "the snapshot is on host {} and the volumes on host {vol}; a sandbox attaches only volumes of its own host",
+                snap.host
+            )));
+        }
+    }
     let Placement::There(target) = place(&st.cluster, &st.host, &need).await? else {
         return Ok(None);
     };

@@ -38,6 +38,7 @@ pub fn wire(s: &SnapshotRow) -> Snapshot {
         size_bytes: s.size_bytes,
         created_at: rfc3339(s.created_at),
         kernels,
+        volumes: crate::host::volumes::sandbox_volumes(&s.volumes),
     }
 }
 

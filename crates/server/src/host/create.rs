@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::guest::GuestConn;
 use crate::state::SandboxState;
 use pandastack_engine::{instance_id_from, NetworkPolicy, SandboxSpec};
-use pandastack_store::{now_ms, SandboxRow};
+use pandastack_store::{now_ms, SandboxRow, SandboxVolume};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,6 +29,8 @@ pub struct CreateSpec {
     /// Disk size, MiB (validated; the server default when the request gave none). A restore
     /// or fork takes its source's instead.
     pub disk_mb: u32,
+    /// Volumes to attach (resolved and validated; issue 9), each at `/mnt/{name}`.
+    pub volumes: Vec<SandboxVolume>,
 }
 
 impl CreateSpec {
@@ -75,6 +77,7 @@ impl CreateSpec {
             guest_ip: None,
             disk_mb: Some(self.disk_mb),
             host: host.to_string(),
+            volumes: self.volumes.clone(),
         }
     }
 }
@@ -128,6 +131,7 @@ impl Host {
             network,
             template_build: false,
             disk_mb,
+            volumes: Vec::new(),
         }
     }
 
@@ -158,7 +162,11 @@ impl Host {
             ("cold", None),
             &self.cfg.host_name,
         );
-        self.store.put_sandbox(&row).await?;
+        self.hold_volumes(&row.id, &row.volumes).await?;
+        if let Err(e) = self.store.put_sandbox(&row).await {
+            self.unhold_volumes(&row.id);
+            return Err(e.into());
+        }
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());
         match self.start_instance(&live, None).await {
@@ -176,8 +184,8 @@ impl Host {
         }
     }
 
-    /// Starts a new instance for `live` from its row (rootfs, guest dir, resources, network):
-    /// a cold boot, or a restore of `image`. The row names the instance before the engine
+    /// Starts a new instance for `live` from its row (rootfs, guest dir, resources, network,
+    /// volumes): a cold boot, or a restore of `image`. The row names the instance before the engine
     /// starts it (so a crash in between leaves an instance the next start can find) and gets
     /// its `guest_ip` once it runs.
     pub(super) async fn start_instance(
@@ -187,14 +195,16 @@ impl Host {
     ) -> Result<GuestConn, ApiError> {
         let spec = {
             let r = live.row.lock().await;
-            self.instance_spec(
+            let mut spec = self.instance_spec(
                 &r.rootfs,
                 &r.guest_dir,
                 r.cpu,
                 r.memory_mb,
                 super::network::policy_of(&r),
                 r.disk_mb,
-            )
+            );
+            spec.volumes = self.volume_mounts(&r.volumes);
+            spec
         };
         {
             let mut r = live.row.lock().await;
@@ -240,6 +250,8 @@ impl Host {
     /// reads `failed` ([`Live::channel_lost`]).
     pub async fn fail(&self, live: &Arc<Live>, cause: &str) {
         live.drop_conn().await;
+        // A failed sandbox gives up its volumes (issue 9).
+        self.release_volumes(live).await;
         let (id, dir) = {
             let mut r = live.row.lock().await;
             r.guest_ip = None;

@@ -19,17 +19,21 @@ pub use pandastack_api::Promotion;
 
 impl Host {
     /// Forks `parent` into `count` children carrying `metadata` (plus `parent_id`,
-    /// `fork_tree_id`).
+    /// `fork_tree_id`). Children inherit the parent's read-only volumes; its read-write ones
+    /// cannot be shared (issue 9), so a parent holding one is forked only with
+    /// `detach_volumes`, and its children start without them.
     ///
     /// # Errors
-    /// 400 for a count of 0 or over [`MAX_FORK_COUNT`]; 409 unless the parent is running;
-    /// capacity errors as [`Host::create`] (for all `count` children at once);
-    /// 500 when a restore fails (children already made are destroyed: all or nothing).
+    /// 400 for a count of 0 or over [`MAX_FORK_COUNT`]; 409 unless the parent is running, or
+    /// when it holds a read-write volume and `detach_volumes` is false; capacity errors as
+    /// [`Host::create`] (for all `count` children at once); 500 when a restore fails
+    /// (children already made are destroyed: all or nothing).
     pub async fn fork(
         &self,
         parent: &Arc<Live>,
         count: usize,
         metadata: BTreeMap<String, String>,
+        detach_volumes: bool,
     ) -> Result<Vec<Arc<Live>>, ApiError> {
         if count == 0 || count > MAX_FORK_COUNT {
             return Err(ApiError::BadRequest(format!(
@@ -42,6 +46,16 @@ impl Host {
         };
         self.check_disk_reserve("fork", u64::from(memory_mb) << 20)?;
         let _admitted = self.admit(&workspace, memory_mb, count, true).await?;
+        let held = parent.row.lock().await.volumes.clone();
+        if let Some(rw) = held.iter().find(|v| !v.read_only) {
+            if !detach_volumes {
+                return Err(ApiError::Conflict(format!(
+                    "sandbox {} holds volume {} read-write: a volume is attached to one sandbox at a time, so fork children cannot share it; fork with \"volumes\": \"detach\" to start the children without it",
+                    parent.id, rw.name
+                )));
+            }
+        }
+        let inherited: Vec<_> = held.into_iter().filter(|v| v.read_only).collect();
         let tree_id = format!("tree-{}", uuid::Uuid::new_v4().simple());
         let image = self.fork_image_dir(parent, &tree_id).await;
         // Crash-safe (operations.rs): a fork interrupted by a crash is undone whole.
@@ -79,6 +93,7 @@ impl Host {
                 created_at: now_ms(),
                 disk_mb: r.disk_mb,
                 host: self.cfg.host_name.clone(),
+                volumes: inherited.clone(),
             };
             let mut md = metadata;
             md.insert("parent_id".into(), r.id.clone());
@@ -92,6 +107,7 @@ impl Host {
                 envs: r.envs.clone(),
                 network: super::network::policy_of(&r),
                 disk_mb: r.disk_mb.unwrap_or(self.cfg.default_disk_mb),
+                volumes: inherited,
             };
             (base, spec)
         };

@@ -6,7 +6,7 @@
 use super::{operations, Host, Live};
 use crate::error::ApiError;
 use crate::state::SandboxState;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 impl Host {
@@ -64,8 +64,18 @@ impl Host {
         live.drop_conn().await;
         // The stopped container takes runsc ~2 s to tear down (notes pitfall 6): do it in the
         // background; the sandbox is hibernated as soon as its image is written.
-        let dir = live.row.lock().await.instance_dir.clone();
+        let (dir, held) = {
+            let r = live.row.lock().await;
+            (r.instance_dir.clone(), !r.volumes.is_empty())
+        };
         if let Some(dir) = dir {
+            // The sandbox keeps its volumes while hibernated, but its images are closed now
+            // (not by the slow teardown), so a wake right after can attach them again.
+            if held {
+                if let Err(e) = self.engine.release_volumes(&iid, Path::new(&dir)).await {
+                    tracing::warn!(sandbox_id = %live.id, error = %e, "releasing volumes at hibernate");
+                }
+            }
             self.destroy_instance_later(iid.clone(), PathBuf::from(dir));
         }
         {

@@ -20,6 +20,7 @@ mod recover;
 mod snapshot;
 mod sweeper;
 mod template_image;
+pub mod volumes;
 
 pub use admission::{Admitted, HostLoad, Limits, RETRY_AFTER_S};
 pub use create::CreateSpec;
@@ -27,6 +28,7 @@ pub use fork::{Promotion, MAX_FORK_COUNT};
 pub use guest_dir::install_guest_dir;
 pub use live::{Activity, Live};
 pub use template_image::TEMPLATE_KERNEL_PREFIX;
+pub use volumes::VolumeLimits;
 
 use crate::error::ApiError;
 use crate::state::{transition, SandboxState};
@@ -79,6 +81,8 @@ pub struct HostConfig {
     /// subscribers through the relay of `crate::cluster`. Off for one host on SQLite, where no
     /// other host could take a sandbox over.
     pub cluster: bool,
+    /// Volume quotas and the disk reserve volumes keep (issue 9).
+    pub volume_limits: VolumeLimits,
 }
 
 /// How long a lease lasts after its last renewal, ms (seed 003: expiring 30 s after the last
@@ -122,6 +126,8 @@ pub struct Host {
     reserved: Arc<admission::Reserved>,
     /// The template build queue.
     pub builds: crate::builds::Builds,
+    /// Which sandboxes hold which volumes (issue 9).
+    volume_holds: volumes::Holds,
 }
 
 impl Host {
@@ -146,6 +152,7 @@ impl Host {
             teardowns: tokio_util::task::TaskTracker::new(),
             reserved: Arc::default(),
             builds,
+            volume_holds: volumes::Holds::default(),
         })
     }
 
@@ -284,6 +291,9 @@ impl Host {
         };
         live.drop_conn().await;
         self.set_state(live, SandboxState::Deleted, cause).await?;
+        // Its volumes are free when this returns: the instance's processes are stopped and
+        // the images closed first (the rest of the teardown is slow, and in the background).
+        self.release_volumes(live).await;
         // A crash before the teardown finishes leaves an orphan the next start destroys.
         if let (Some(id), Some(dir)) = (instance, dir) {
             self.destroy_instance_later(id, PathBuf::from(dir));

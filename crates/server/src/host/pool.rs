@@ -104,7 +104,9 @@ impl Host {
             })
     }
 
-    /// Claims a pooled instance of `tpl` for a new sandbox, if one is ready.
+    /// Claims a pooled instance of `tpl` for a new sandbox, if one is ready. The create's
+    /// volumes are taken first (a 409 costs no instance) and attached to the claimed instance
+    /// while it runs (issue 9).
     pub(super) async fn create_from_pool(
         self: &Arc<Self>,
         spec: &CreateSpec,
@@ -117,6 +119,20 @@ impl Host {
         }
         let image = self.ready_template_image(tpl)?.display().to_string();
         let key = template_key(tpl);
+        let mut row = spec.row(
+            &tpl.name,
+            tpl.generation as i64,
+            (tpl.cpu, tpl.memory_mb),
+            (
+                tpl.rootfs.display().to_string(),
+                self.cfg.guest_dir.display().to_string(),
+            ),
+            ("snapshot", None),
+            &self.cfg.host_name,
+        );
+        if let Err(e) = self.hold_volumes(&row.id, &row.volumes).await {
+            return Some(Err(e));
+        }
         self.pool
             .lock()
             .entry(key.clone())
@@ -145,36 +161,22 @@ impl Host {
                 if pooled.is_some() { "hit" } else { "miss" },
             ])
             .inc();
-        let p = pooled?;
-        let mut row = spec.row(
-            &tpl.name,
-            tpl.generation as i64,
-            (tpl.cpu, tpl.memory_mb),
-            (
-                tpl.rootfs.display().to_string(),
-                self.cfg.guest_dir.display().to_string(),
-            ),
-            ("snapshot", None),
-            &self.cfg.host_name,
-        );
+        let Some(p) = pooled else {
+            self.unhold_volumes(&row.id);
+            return None;
+        };
         row.instance_id = Some(p.spec.instance_id.clone());
         row.instance_dir = Some(p.spec.dir.display().to_string());
         row.guest_ip = p.network.map(|n| n.guest_ip.to_string());
-        // Pooled instances run under the server's default policy; a create that asked for
-        // another one gets it before the sandbox is handed out.
-        if let (Some(want), true) = (&spec.network, spec.network != p.spec.network) {
-            if let Err(e) = self
-                .engine
-                .set_network_policy(&p.spec.instance_id, want)
-                .await
-            {
-                let _ = self.engine.destroy(&p.spec.instance_id, &p.spec.dir).await;
-                return Some(Err(ApiError::internal("network policy", e)));
-            }
+        if let Err(e) = self.ready_claimed(spec, &row, &p).await {
+            let _ = self.engine.destroy(&p.spec.instance_id, &p.spec.dir).await;
+            self.unhold_volumes(&row.id);
+            return Some(Err(e));
         }
         row.boot_ms = Some(started.elapsed().as_millis() as i64);
         if let Err(e) = self.store.put_sandbox(&row).await {
             let _ = self.engine.destroy(&p.spec.instance_id, &p.spec.dir).await;
+            self.unhold_volumes(&row.id);
             return Some(Err(e.into()));
         }
         let live = Arc::new(Live::new(row));
@@ -185,6 +187,33 @@ impl Host {
                 .await
                 .map(|()| live),
         )
+    }
+
+    /// Makes a claimed pooled instance the create's: its volumes attached and its egress
+    /// policy (pooled instances run under the server's default one) set.
+    async fn ready_claimed(
+        &self,
+        spec: &CreateSpec,
+        row: &pandastack_store::SandboxRow,
+        p: &Pooled,
+    ) -> Result<(), ApiError> {
+        if !row.volumes.is_empty() {
+            self.engine
+                .attach_volumes(
+                    &p.spec.instance_id,
+                    &p.spec.dir,
+                    &self.volume_mounts(&row.volumes),
+                )
+                .await
+                .map_err(|e| ApiError::internal("volume attach", e))?;
+        }
+        if let (Some(want), true) = (&spec.network, spec.network != p.spec.network) {
+            self.engine
+                .set_network_policy(&p.spec.instance_id, want)
+                .await
+                .map_err(|e| ApiError::internal("network policy", e))?;
+        }
+        Ok(())
     }
 
     /// How many instances `tpl`'s pool should hold now (see the module docs).

@@ -1,6 +1,7 @@
-//! Start-up recovery: re-adopt every sandbox the store says exists, and destroy engine
-//! instances nobody owns. This is what makes `kill -9` of the server lose nothing: instances
-//! and their shims live on in their own sessions; the new server reconnects to their sockets.
+//! Start-up recovery: re-adopt every sandbox the store says exists (with the volumes it
+//! holds), and destroy engine instances nobody owns. This is what makes `kill -9` of the
+//! server lose nothing: instances and their shims live on in their own sessions; the new
+//! server reconnects to their sockets.
 
 use super::{Host, Live};
 use crate::state::SandboxState;
@@ -20,6 +21,8 @@ impl Host {
         // Snapshots, hibernations and forks a crash interrupted first: they change rows.
         self.finish_interrupted_operations().await?;
         let rows = self.store.host_sandboxes(&self.cfg.host_name).await?;
+        // Who holds which volume, before anything below releases some (issue 9).
+        self.rebuild_holds(&rows).await;
         // The engine first rebuilds host-wide state (the firewall rules of the instances that
         // live on) and removes what a crash left of the others (network namespaces, links).
         let keep: Vec<(String, std::path::PathBuf)> = rows
@@ -42,7 +45,9 @@ impl Host {
             let live = Arc::new(Live::new(row.clone()));
             self.insert(live.clone());
             match (state, row.instance_id.as_deref()) {
-                (SandboxState::Hibernated | SandboxState::Failed, _) => {}
+                (SandboxState::Hibernated, _) => {}
+                // A failed sandbox holds no volume (a crash may have come between).
+                (SandboxState::Failed, _) => self.release_volumes(&live).await,
                 (SandboxState::Running | SandboxState::Paused, Some(iid)) => {
                     owned.insert(iid.to_string());
                     let status = self
@@ -92,6 +97,7 @@ impl Host {
             }
         }
         self.collect_unreferenced_images().await?;
+        self.collect_orphan_volumes().await?;
         Ok(())
     }
 }

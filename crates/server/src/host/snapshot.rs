@@ -112,6 +112,8 @@ impl Host {
             created_at: now_ms(),
             disk_mb: r.disk_mb,
             host: self.cfg.host_name.clone(),
+            // Not copied (external state, like a database): a restore attaches them again.
+            volumes: r.volumes.clone(),
         };
         // Crash-safe: the intent is recorded first, the image is written beside its final
         // place and renamed once complete (operations.rs).
@@ -191,7 +193,11 @@ impl Host {
         // The image decides the layout: the disk of its sandbox (none for an image taken
         // before disks existed).
         row.disk_mb = base.disk_mb;
-        self.store.put_sandbox(&row).await?;
+        self.hold_volumes(&row.id, &row.volumes).await?;
+        if let Err(e) = self.store.put_sandbox(&row).await {
+            self.unhold_volumes(&row.id);
+            return Err(e.into());
+        }
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());
         match self.start_instance(&live, Some(image)).await {
@@ -209,14 +215,17 @@ impl Host {
         }
     }
 
-    /// `POST /v1/sandboxes {from_snapshot}`: restores a user snapshot into a new sandbox id.
+    /// `POST /v1/sandboxes {from_snapshot}`: restores a user snapshot into a new sandbox id,
+    /// with the volumes the snapshot was taken with attached again (issue 9) besides the
+    /// ones the request lists.
     ///
     /// # Errors
-    /// 404 for an unknown snapshot; 409 after a template re-bake; capacity errors as
+    /// 404 for an unknown snapshot or a volume of it deleted since; 409 after a template
+    /// re-bake or when one of its volumes is held elsewhere; capacity errors as
     /// [`Host::create`]; 500 when the restore fails.
     pub async fn create_from_snapshot(
         &self,
-        spec: CreateSpec,
+        mut spec: CreateSpec,
         snapshot_id: &str,
     ) -> Result<Arc<Live>, ApiError> {
         let snap = self
@@ -228,6 +237,9 @@ impl Host {
         self.check_disk_reserve("restore", 0)?;
         let _admitted = self
             .admit(&spec.workspace_id, snap.memory_mb, 1, true)
+            .await?;
+        spec.volumes = self
+            .with_snapshot_volumes(&spec.volumes, &snap.volumes)
             .await?;
         let image = PathBuf::from(&snap.image_dir);
         self.create_from_image(&spec, &snap, &image, "snapshot")

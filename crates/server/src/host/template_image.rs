@@ -46,13 +46,14 @@ impl Host {
         } else {
             ""
         };
+        // ... and only onto the instance layout it was taken with: the root overlay on a disk,
+        // /tmp in it, a bounded /dev/shm, the volume staging directory at /mnt.
+        let layout = self.engine.image_layout();
         self.cfg
             .data_dir
             .join("template-images")
             .join(template_key(tpl))
-            // `-disk`: taken with the instance-disk layout (the root overlay on a disk, /tmp in
-            // it, a bounded /dev/shm); restores must use the layout of their image.
-            .join(format!("{}-{guest}{mode}-disk", tpl.build_id))
+            .join(format!("{}-{guest}{mode}-{layout}", tpl.build_id))
     }
 
     /// Asks the engine to keep `--restore-targets` containers of `tpl`'s class made in
@@ -200,6 +201,7 @@ impl Host {
             // A template image restores into a disk of any size: the create's.
             disk_mb: Some(spec.disk_mb),
             host: self.cfg.host_name.clone(),
+            volumes: Vec::new(),
         };
         match self
             .create_from_image(spec, &base, &image, "snapshot")

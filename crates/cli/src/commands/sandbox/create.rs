@@ -8,7 +8,7 @@ use crate::commands::{print_json, Ctx};
 use crate::error::Result;
 use crate::parse::{self, KeyValue};
 use clap::Args;
-use pandastack_api::{CreateSandbox, SandboxNetwork};
+use pandastack_api::{CreateSandbox, SandboxNetwork, VolumeMount};
 
 /// Flags of `sandbox create`.
 #[derive(Debug, Clone, Args)]
@@ -42,6 +42,26 @@ pub struct CreateArgs {
     /// A destination the sandbox may never reach (after `--allow-out`); repeatable.
     #[arg(long = "deny-out", value_name = "CIDR[:PORT]")]
     pub deny_out: Vec<String>,
+    /// Attach a volume at `/mnt/NAME`, read-only with `:ro`; repeatable.
+    #[arg(long = "volume", value_name = "NAME[:ro]", value_parser = volume_mount)]
+    pub volumes: Vec<VolumeMount>,
+}
+
+/// `NAME` or `NAME:ro` (`NAME:rw` is the default, said explicitly).
+fn volume_mount(s: &str) -> std::result::Result<VolumeMount, String> {
+    let (name, mode) = s.rsplit_once(':').unwrap_or((s, "rw"));
+    let read_only = match mode {
+        "ro" => true,
+        "rw" => false,
+        _ => return Err(format!("'{s}': use NAME or NAME:ro")),
+    };
+    if name.is_empty() {
+        return Err(format!("'{s}': the volume name is empty"));
+    }
+    Ok(VolumeMount {
+        name: name.to_string(),
+        read_only,
+    })
 }
 
 impl CreateArgs {
@@ -61,6 +81,7 @@ impl CreateArgs {
                     deny_out: (!self.deny_out.is_empty()).then(|| self.deny_out.clone()),
                 }
             }),
+            volumes: (!self.volumes.is_empty()).then(|| self.volumes.clone()),
             ..CreateSandbox::default()
         }
     }
