@@ -240,6 +240,31 @@ def test_from_snapshot_lands_on_the_host_holding_the_image_with_kernel_state(cle
     assert r.status_code == 204, r.text
 
 
+def test_a_volume_lives_on_its_host_and_is_reached_through_any(clean):
+    """Issue 9 in a cluster: a volume's image is on the host that made it (b); a create through
+    a that attaches it lands on b, and a's answers for the volume come from b (its holder, its
+    refusal to delete while attached, the delete)."""
+    from pandastack import BadRequestError
+
+    name = f"shared-{uuid.uuid4().hex[:8]}"
+    r = clean.call(clean.b, "POST", "/v1/volumes", json={"name": name, "size_mb": 128})
+    assert r.status_code == 201, r.text
+    via_a = clean.client(clean.a)
+    with pytest.raises(BadRequestError):  # names are unique per workspace, whichever host
+        via_a.volumes.create(name=name, size_mb=64)
+    sb = via_a.sandboxes.create(template="base", volumes=[{"name": name}])
+    assert clean.call(clean.a, "GET", f"/v1/sandboxes/{sb.id}").json()["host"] == "b"
+    assert sb.exec(f"sh -c 'echo on-b > /mnt/{name}/f && sync && cat /mnt/{name}/f'").stdout == "on-b\n"
+    vol = clean.call(clean.a, "GET", f"/v1/volumes/{name}").json()
+    assert vol["attached_to"] == sb.id and vol["used_bytes"] > 0, vol
+    r = clean.call(clean.a, "DELETE", f"/v1/volumes/{name}")
+    assert r.status_code == 409 and sb.id in r.text, r.text
+    sb.kill()
+    r = clean.call(clean.a, "DELETE", f"/v1/volumes/{name}")
+    assert r.status_code == 204, r.text
+    assert not list((clean.b.data_dir / "volumes").glob("*.ext4")), "the image stayed on b"
+
+
 def _wait_failed(c: Cluster, via: SecondServer, sid: str, within: float) -> dict:
     def failed():
         r = c.call(via, "GET", f"/v1/sandboxes/{sid}")
