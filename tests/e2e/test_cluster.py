@@ -101,6 +101,8 @@ class Cluster:
                 client.sandboxes.delete(sb.id)
             except NotFoundError:
                 pass
+        for db in self.call(self.a, "GET", "/v1/databases").json()["items"]:
+            self.call(self.a, "DELETE", f"/v1/databases/{db['id']}")
 
     def teardown(self) -> None:
         for h in self.hosts.values():
@@ -311,3 +313,27 @@ def test_a_partitioned_host_destroys_its_instances_rather_than_double_running(cl
     assert row["status"] == "failed" and row["host"] == "b"
     r = clean.call(clean.a, "POST", f"/v1/sandboxes/{sid}/exec", json={"cmd": "true"})
     assert r.status_code in (404, 409), r.text
+
+
+def test_a_database_lives_on_its_host_and_is_served_through_any(clean):
+    """A database made through b lives on b (its cluster, storage and port are b's): a lists
+    it, answers for it by relaying to b, and a's restart (its start-up recovery) leaves it
+    alone; a delete through a removes it on b."""
+    r = clean.call(clean.b, "POST", "/v1/databases", json={"label": "on-b"})
+    assert r.status_code == 202, r.text
+    db_id = r.json()["id"]
+
+    def running():
+        d = clean.call(clean.a, "GET", f"/v1/databases/{db_id}").json()
+        return d if d["status"] == "running" and d.get("connection_url") else None
+
+    db = wait_until(running, timeout=120, what="the database to run")
+    assert db["label"] == "on-b"
+    listed = clean.call(clean.a, "GET", "/v1/databases").json()["items"]
+    assert [d["id"] for d in listed] == [db_id]
+    clean.a.stop()
+    clean.a.start()
+    assert running()["connection_url"] == db["connection_url"]
+    assert clean.call(clean.a, "DELETE", f"/v1/databases/{db_id}").status_code in (200, 202, 204)
+    wait_until(lambda: clean.call(clean.b, "GET", f"/v1/databases/{db_id}").status_code == 404,
+               timeout=60, what="the database to be gone on b")

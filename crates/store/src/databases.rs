@@ -5,7 +5,7 @@ use sqlx::any::AnyRow;
 
 const COLS: &str = "id, workspace_id, label, status, size, cpu, storage_mb, always_on, port, database,
     username, password_sealed, superuser_password_sealed, cloned_from, error, created_at, last_active_at,
-    deleted_at";
+    deleted_at, host";
 
 fn from_row(r: &AnyRow) -> Result<DatabaseRow, sqlx::Error> {
     let decode = |index: &str, e: std::num::TryFromIntError| sqlx::Error::ColumnDecode {
@@ -34,6 +34,7 @@ fn from_row(r: &AnyRow) -> Result<DatabaseRow, sqlx::Error> {
         created_at: r.int(15)?,
         last_active_at: r.int(16)?,
         deleted_at: r.opt_int(17)?,
+        host: r.text(18)?,
     })
 }
 
@@ -64,6 +65,7 @@ impl Store {
             .bind(d.created_at)
             .bind(d.last_active_at)
             .bind(d.deleted_at)
+            .bind(&d.host)
             .execute(self.pool())
             .await?;
         Ok(())
@@ -82,14 +84,14 @@ impl Store {
         Ok(row.as_ref().map(from_row).transpose()?)
     }
 
-    /// Every database row (any workspace, deleted ones too), oldest first: start-up recovery
-    /// reconciles each with what is on disk.
+    /// Every database row of `host` (any workspace, deleted ones too), oldest first: start-up
+    /// recovery reconciles each with what is on that host's disk.
     ///
     /// # Errors
     /// [`StoreError::Db`].
-    pub async fn all_databases(&self) -> Result<Vec<DatabaseRow>, StoreError> {
-        let sql = format!("SELECT {COLS} FROM databases ORDER BY created_at, id");
-        let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
+    pub async fn host_databases(&self, host: &str) -> Result<Vec<DatabaseRow>, StoreError> {
+        let sql = format!("SELECT {COLS} FROM databases WHERE host = $1 ORDER BY created_at, id");
+        let rows = sqlx::query(&sql).bind(host).fetch_all(self.pool()).await?;
         Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
     }
 
@@ -146,6 +148,7 @@ mod tests {
             created_at: at,
             last_active_at: at,
             deleted_at: None,
+            host: "h1".into(),
         }
     }
 
@@ -164,6 +167,9 @@ mod tests {
             let mut a = row("a", "w1", 1);
             s.put_database(&a).await.unwrap();
             s.put_database(&row("b", "w2", 2)).await.unwrap();
+            let mut elsewhere = row("c", "w2", 3);
+            elsewhere.host = "h2".into();
+            s.put_database(&elsewhere).await.unwrap();
             a.status = "running".into();
             a.port = Some(15432);
             s.put_database(&a).await.unwrap();
@@ -172,7 +178,9 @@ mod tests {
             a.deleted_at = Some(5);
             s.put_database(&a).await.unwrap();
             assert!(s.databases_of("w1").await.unwrap().is_empty());
-            assert_eq!(s.all_databases().await.unwrap().len(), 2);
+            // A host's recovery sees its own databases only (deleted ones too).
+            assert_eq!(s.host_databases("h1").await.unwrap().len(), 2);
+            assert_eq!(s.host_databases("h2").await.unwrap(), vec![elsewhere]);
             s.remove_database("a").await.unwrap();
             assert_eq!(s.database("a").await.unwrap(), None);
         }

@@ -159,12 +159,15 @@ const SQLITE: &[&str] = &[
     CREATE INDEX databases_workspace ON databases(workspace_id, deleted_at);
     ALTER TABLE events ADD COLUMN subject TEXT NOT NULL DEFAULT 'sandbox';
     "#,
-    // 7: several hosts (issue 12): the host each sandbox, snapshot and operation belongs to,
-    // the hosts with their heartbeats, and the leases of running sandboxes (seed 003).
+    // 7: several hosts (issue 12): the host each sandbox, snapshot, operation, database and
+    // template build belongs to, the hosts with their heartbeats, and the leases of running
+    // sandboxes (seed 003).
     r#"
     ALTER TABLE sandboxes ADD COLUMN host TEXT NOT NULL DEFAULT '';
     ALTER TABLE snapshots ADD COLUMN host TEXT NOT NULL DEFAULT '';
     ALTER TABLE operations ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    ALTER TABLE databases ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    ALTER TABLE template_builds ADD COLUMN host TEXT NOT NULL DEFAULT '';
     CREATE TABLE hosts (
         name TEXT PRIMARY KEY,
         advertise_url TEXT NOT NULL,
@@ -204,7 +207,7 @@ const SQLITE: &[&str] = &[
 const POSTGRES: &[&str] = &[
     // 1: everything of SQLite migrations 1-7 (workspaces, keys, sandboxes with their network,
     // disk and host, code contexts, snapshots, events with their subject, settings, operations,
-    // template builds, databases, hosts, leases).
+    // template builds, databases (both with their host), hosts, leases).
     r#"
     CREATE TABLE workspaces (
         id TEXT PRIMARY KEY,
@@ -316,7 +319,8 @@ const POSTGRES: &[&str] = &[
         cache_hit BIGINT NOT NULL,
         created_at BIGINT NOT NULL,
         started_at BIGINT,
-        ended_at BIGINT
+        ended_at BIGINT,
+        host TEXT NOT NULL DEFAULT ''
     );
     CREATE INDEX template_builds_workspace ON template_builds(workspace_id, created_at);
     CREATE TABLE databases (
@@ -337,7 +341,8 @@ const POSTGRES: &[&str] = &[
         error TEXT,
         created_at BIGINT NOT NULL,
         last_active_at BIGINT NOT NULL,
-        deleted_at BIGINT
+        deleted_at BIGINT,
+        host TEXT NOT NULL DEFAULT ''
     );
     CREATE INDEX databases_workspace ON databases(workspace_id, deleted_at);
     CREATE TABLE hosts (

@@ -199,6 +199,8 @@ pub struct TemplateBuildRow {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub ended_at: Option<i64>,
+    /// Name of the host that runs the build (issue 12): only its recovery may fail it.
+    pub host: String,
 }
 
 impl EventRow {
@@ -236,4 +238,7 @@ pub struct DatabaseRow {
     pub last_active_at: i64,
     /// Set when a delete began; the row goes once everything is removed.
     pub deleted_at: Option<i64>,
+    /// Name of the host whose disk and processes hold the cluster (issue 12): its API
+    /// requests are served there and only its recovery reconciles it.
+    pub host: String,
 }

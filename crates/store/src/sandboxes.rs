@@ -184,13 +184,20 @@ impl Store {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Gives every sandbox, snapshot, operation and volume to `host`: a store of one host
-    /// (SQLite) belongs wholly to it, whatever its name was before.
+    /// Gives every sandbox, snapshot, operation, volume, database and template build to
+    /// `host`: a store of one host (SQLite) belongs wholly to it, whatever its name was before.
     ///
     /// # Errors
     /// [`StoreError::Db`].
     pub async fn claim_all(&self, host: &str) -> Result<(), StoreError> {
-        for table in ["sandboxes", "snapshots", "operations", "volumes"] {
+        for table in [
+            "sandboxes",
+            "snapshots",
+            "operations",
+            "volumes",
+            "databases",
+            "template_builds",
+        ] {
             sqlx::query(&format!("UPDATE {table} SET host = $1 WHERE host <> $1"))
                 .bind(host)
                 .execute(self.pool())

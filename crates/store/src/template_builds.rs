@@ -5,7 +5,7 @@ use sqlx::any::AnyRow;
 
 const COLS: &str =
     "id, workspace_id, name, kind, status, error, cpu, memory_mb, size_mb, bytes, build_id,
-    generation, cache_hit, created_at, started_at, ended_at";
+    generation, cache_hit, created_at, started_at, ended_at, host";
 
 fn from_row(r: &AnyRow) -> Result<TemplateBuildRow, sqlx::Error> {
     Ok(TemplateBuildRow {
@@ -25,6 +25,7 @@ fn from_row(r: &AnyRow) -> Result<TemplateBuildRow, sqlx::Error> {
         created_at: r.int(13)?,
         started_at: r.opt_int(14)?,
         ended_at: r.opt_int(15)?,
+        host: r.text(16)?,
     })
 }
 
@@ -53,6 +54,7 @@ impl Store {
             .bind(b.created_at)
             .bind(b.started_at)
             .bind(b.ended_at)
+            .bind(&b.host)
             .execute(self.pool())
             .await?;
         Ok(())
@@ -97,15 +99,20 @@ impl Store {
         Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
     }
 
-    /// Builds of every workspace still `queued` or `running` (start-up recovery fails them).
+    /// Builds of every workspace still `queued` or `running`, on `host` only when given
+    /// (start-up recovery fails its own; quotas count every host's).
     ///
     /// # Errors
     /// [`StoreError::Db`].
-    pub async fn unfinished_template_builds(&self) -> Result<Vec<TemplateBuildRow>, StoreError> {
+    pub async fn unfinished_template_builds(
+        &self,
+        host: Option<&str>,
+    ) -> Result<Vec<TemplateBuildRow>, StoreError> {
         let sql = format!(
-            "SELECT {COLS} FROM template_builds WHERE status IN ('queued', 'running') ORDER BY created_at"
+            "SELECT {COLS} FROM template_builds WHERE status IN ('queued', 'running')
+             AND ($1 IS NULL OR host = $1) ORDER BY created_at"
         );
-        let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(&sql).bind(host).fetch_all(self.pool()).await?;
         Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
     }
 
@@ -163,7 +170,17 @@ mod tests {
             created_at,
             started_at: None,
             ended_at: None,
+            host: if ws == "b" { "h2" } else { "h1" }.into(),
         }
+    }
+
+    async fn unfinished(s: &crate::Store, host: Option<&str>) -> Vec<String> {
+        s.unfinished_template_builds(host)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.id)
+            .collect()
     }
 
     #[tokio::test]
@@ -203,14 +220,9 @@ mod tests {
                 .map(|b| b.id)
                 .collect();
             assert_eq!(ids, ["b3", "b2", "b1"]);
-            let unfinished: Vec<_> = s
-                .unfinished_template_builds()
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|b| b.id)
-                .collect();
-            assert_eq!(unfinished, ["x1"]);
+            assert_eq!(unfinished(&s, None).await, ["x1"]);
+            assert_eq!(unfinished(&s, Some("h2")).await, ["x1"]);
+            assert!(unfinished(&s, Some("h1")).await.is_empty());
             assert_eq!(s.prune_template_builds("a", 1).await.unwrap(), ["b2", "b1"]);
             assert_eq!(s.template_builds("a", 10).await.unwrap().len(), 1);
             assert!(s

@@ -79,7 +79,8 @@ async fn create(
     Ok(accepted(&db))
 }
 
-/// The workspace's databases, without credentials (`password` and `connection_url` absent).
+/// The workspace's databases, without credentials (`password` and `connection_url` absent);
+/// in a cluster, every host's.
 #[utoipa::path(
     get,
     path = "/databases",
@@ -87,15 +88,28 @@ async fn create(
     operation_id = "list_databases",
     responses((status = 200, description = "The databases.", body = DatabaseList), Errors)
 )]
-async fn list(State(st): State<AppState>, caller: Caller) -> Json<DatabaseList> {
-    let items = st
+async fn list(State(st): State<AppState>, caller: Caller) -> Result<Json<DatabaseList>, ApiError> {
+    let mut items: Vec<_> = st
         .databases
         .all()
         .iter()
         .filter(|d| d.workspace_id == caller.workspace_id)
         .map(|d| st.databases.wire(d, false))
         .collect();
-    Json(DatabaseList { items })
+    if st.cluster.cfg.shared {
+        // Databases of the workspace on the other hosts, from the shared store (issue 12:
+        // any host answers any request).
+        let here: std::collections::HashSet<String> = items.iter().map(|d| d.id.clone()).collect();
+        for row in st.host.store.databases_of(&caller.workspace_id).await? {
+            if !here.contains(&row.id) {
+                let id = row.id.clone();
+                let remote = LiveDb::new(row, st.databases.dirs(&id));
+                items.push(st.databases.wire(&remote, false));
+            }
+        }
+        items.sort_by_key(|d| d.created_at);
+    }
+    Ok(Json(DatabaseList { items }))
 }
 
 /// A database with its credentials.

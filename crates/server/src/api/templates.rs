@@ -113,7 +113,7 @@ async fn delete(
     let building = st
         .host
         .store
-        .unfinished_template_builds()
+        .unfinished_template_builds(None)
         .await?
         .into_iter()
         .any(|b| b.workspace_id == caller.workspace_id && b.name == name);

@@ -138,7 +138,7 @@ impl Host {
             .collect();
         names.extend(
             self.store
-                .unfinished_template_builds()
+                .unfinished_template_builds(None)
                 .await?
                 .into_iter()
                 .filter(|b| b.workspace_id == workspace_id)
@@ -211,6 +211,7 @@ impl Host {
             created_at: now_ms(),
             started_at: None,
             ended_at: None,
+            host: self.cfg.host_name.clone(),
         };
         let (source, hash) = match sub.source {
             SubmittedSource::Dockerfile { text, context } => {
@@ -438,7 +439,11 @@ impl Host {
     /// and partial rootfs removed; their build sandboxes are orphans the engine sweep
     /// destroys), and template builds no sandbox uses are collected.
     pub async fn recover_builds(&self) {
-        match self.store.unfinished_template_builds().await {
+        match self
+            .store
+            .unfinished_template_builds(Some(&self.cfg.host_name))
+            .await
+        {
             Ok(rows) => {
                 for mut row in rows {
                     row.status = "failed".into();

@@ -1,5 +1,5 @@
-//! Any host answers any request (issue 12 point 5): a request for a sandbox (or a snapshot
-//! deletion) that lives on another host is relayed to that host, streaming both ways (exec
+//! Any host answers any request (issue 12 point 5): a request for a sandbox or a database (or
+//! a snapshot deletion) that lives on another host is relayed to that host, streaming both ways (exec
 //! streams, SSE, file transfers, the port proxy, WebSockets). The owner authenticates the
 //! caller's key against the shared store itself; the relay adds [`FORWARDED_HEADER`] and the
 //! node token so the owner serves the request instead of relaying it again.
@@ -74,14 +74,20 @@ fn is_relayed(cluster: &Cluster, req: &Request) -> bool {
     req.headers().contains_key(FORWARDED_HEADER) && cluster.is_node(req.headers())
 }
 
-/// The host that must serve `req`: the host of the sandbox its path names, or of the snapshot
-/// a `DELETE /v1/snapshots/{id}` names; `None` when it names neither, or one this store does
-/// not know (this host then answers, with the usual 404).
+/// The host that must serve `req`: the host of the sandbox or database its path names, or of
+/// the snapshot a `DELETE /v1/snapshots/{id}` names; `None` when it names none, or one this
+/// store does not know (this host then answers, with the usual 404).
 async fn owner_of(st: &AppState, path: &str, method: &Method) -> Result<Option<HostRow>, ApiError> {
     let store = &st.host.store;
     let host = if let Some(id) = segment_after(path, "/v1/sandboxes/") {
         store
             .sandbox(id)
+            .await?
+            .filter(|r| r.deleted_at.is_none())
+            .map(|r| r.host)
+    } else if let Some(id) = segment_after(path, "/v1/databases/") {
+        store
+            .database(id)
             .await?
             .filter(|r| r.deleted_at.is_none())
             .map(|r| r.host)

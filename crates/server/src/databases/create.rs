@@ -172,6 +172,7 @@ impl Databases {
             created_at: now,
             last_active_at: now,
             deleted_at: None,
+            host: self.host.cfg.host_name.clone(),
         };
         self.host.store.put_database(&row).await?;
         let db = Arc::new(LiveDb::new(row, self.dirs(&id)));

@@ -26,7 +26,11 @@ impl Databases {
         if let Err(e) = storage::share_root(&self.pg.root).await {
             warn!(error = %e, "sharing the databases' mount point; sandboxes started meanwhile keep copies of database mounts");
         }
-        let rows = self.host.store.all_databases().await?;
+        let rows = self
+            .host
+            .store
+            .host_databases(&self.host.cfg.host_name)
+            .await?;
         let known: HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
         for row in rows {
             let db = Arc::new(LiveDb::new(row.clone(), self.dirs(&row.id)));
