@@ -159,15 +159,12 @@ const SQLITE: &[&str] = &[
     CREATE INDEX databases_workspace ON databases(workspace_id, deleted_at);
     ALTER TABLE events ADD COLUMN subject TEXT NOT NULL DEFAULT 'sandbox';
     "#,
-    // 7: several hosts (issue 12): the host each sandbox, snapshot, operation, database and
-    // template build belongs to, the hosts with their heartbeats, and the leases of running
-    // sandboxes (seed 003).
+    // 7: several hosts (issue 12): the host each sandbox, snapshot and operation belongs to,
+    // the hosts with their heartbeats, and the leases of running sandboxes (seed 003).
     r#"
     ALTER TABLE sandboxes ADD COLUMN host TEXT NOT NULL DEFAULT '';
     ALTER TABLE snapshots ADD COLUMN host TEXT NOT NULL DEFAULT '';
     ALTER TABLE operations ADD COLUMN host TEXT NOT NULL DEFAULT '';
-    ALTER TABLE databases ADD COLUMN host TEXT NOT NULL DEFAULT '';
-    ALTER TABLE template_builds ADD COLUMN host TEXT NOT NULL DEFAULT '';
     CREATE TABLE hosts (
         name TEXT PRIMARY KEY,
         advertise_url TEXT NOT NULL,
@@ -200,6 +197,12 @@ const SQLITE: &[&str] = &[
     ALTER TABLE sandboxes ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE snapshots ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
     "#,
+    // 9: the host each database and template build belongs to (issue 12: a host's recovery
+    // takes only its own).
+    r#"
+    ALTER TABLE databases ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    ALTER TABLE template_builds ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    "#,
 ];
 
 /// PostgreSQL schema history (table `pandastack_schema` = how many have run). The same tables
@@ -207,7 +210,7 @@ const SQLITE: &[&str] = &[
 const POSTGRES: &[&str] = &[
     // 1: everything of SQLite migrations 1-7 (workspaces, keys, sandboxes with their network,
     // disk and host, code contexts, snapshots, events with their subject, settings, operations,
-    // template builds, databases (both with their host), hosts, leases).
+    // template builds, databases, hosts, leases).
     r#"
     CREATE TABLE workspaces (
         id TEXT PRIMARY KEY,
@@ -319,8 +322,7 @@ const POSTGRES: &[&str] = &[
         cache_hit BIGINT NOT NULL,
         created_at BIGINT NOT NULL,
         started_at BIGINT,
-        ended_at BIGINT,
-        host TEXT NOT NULL DEFAULT ''
+        ended_at BIGINT
     );
     CREATE INDEX template_builds_workspace ON template_builds(workspace_id, created_at);
     CREATE TABLE databases (
@@ -341,8 +343,7 @@ const POSTGRES: &[&str] = &[
         error TEXT,
         created_at BIGINT NOT NULL,
         last_active_at BIGINT NOT NULL,
-        deleted_at BIGINT,
-        host TEXT NOT NULL DEFAULT ''
+        deleted_at BIGINT
     );
     CREATE INDEX databases_workspace ON databases(workspace_id, deleted_at);
     CREATE TABLE hosts (
@@ -384,6 +385,11 @@ const POSTGRES: &[&str] = &[
     );
     ALTER TABLE sandboxes ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE snapshots ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
+    "#,
+    // 3: as SQLite 9 (the host of databases and template builds).
+    r#"
+    ALTER TABLE databases ADD COLUMN host TEXT NOT NULL DEFAULT '';
+    ALTER TABLE template_builds ADD COLUMN host TEXT NOT NULL DEFAULT '';
     "#,
 ];
 
