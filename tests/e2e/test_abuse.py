@@ -190,6 +190,41 @@ def test_metrics_need_an_api_key(server):
     assert r.status_code == 200 and "pandastack" in r.text
 
 
+# --- 3: memory --------------------------------------------------------------------------
+
+
+def test_a_sandbox_over_its_memory_limit_is_failed_at_once_naming_oom(api):
+    """A process allocating 2 GiB in a 512 MiB sandbox: the host's OOM killer ends the gVisor
+    sandbox (its sentry is one host process in the sandbox's memory cgroup), and the server
+    notices within its death-watch poll: the exec that did it answers 409 naming the cause,
+    the sandbox is `failed` with an event whose cause starts with `oom`, and later requests
+    answer 409 `sandbox failed: oom: ...` at once instead of hanging."""
+    from pandastack import BadRequestError, Sandbox
+
+    sb = Sandbox.create(template="base")
+    try:
+        assert sb.exec("true").exit_code == 0
+        with pytest.raises(BadRequestError) as e:
+            sb.exec("python3 -c 'x = bytearray(2 * 1024 ** 3)'", timeout_seconds=120)
+        seen = time.monotonic()
+        assert "out of memory" in str(e.value) and "killed" in str(e.value), e.value
+        row = wait_until(
+            lambda: (r := api("GET", f"/v1/sandboxes/{sb.id}").json())["status"] == "failed" and r,
+            timeout=10, what="the sandbox to be failed",
+        )
+        print(f"failed {time.monotonic() - seen:.2f} s after the exec's answer")
+        assert row["status"] == "failed"
+        events = api("GET", f"/v1/sandboxes/{sb.id}/events").json()
+        assert events[-1]["to"] == "failed" and events[-1]["cause"].startswith("oom: out of memory"), events
+        started = time.monotonic()
+        with pytest.raises(BadRequestError) as again:
+            sb.exec("true")
+        assert "sandbox failed: oom: out of memory" in str(again.value), again.value
+        assert time.monotonic() - started < 5
+    finally:
+        sb.kill()
+
+
 def test_deleting_a_sandbox_during_an_exec_tells_the_exec_it_was_killed():
     from pandastack import BadRequestError, Sandbox
 

@@ -137,6 +137,15 @@ pub enum InstanceStatus {
     Missing,
 }
 
+/// How an instance's processes ended ([`Engine::exit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstanceExit {
+    /// The exit code of the engine's process for the instance (128 + signal when killed).
+    pub code: i32,
+    /// The host killed it for going over its memory limit (its cgroup's OOM killer).
+    pub out_of_memory: bool,
+}
+
 /// Resource use of an instance, from its cgroups.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceStats {
@@ -224,6 +233,13 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Current resource use.
     async fn stats(&self, id: &str) -> Result<InstanceStats, EngineError>;
+
+    /// How the instance in `dir` ended, once its processes are gone by themselves (the
+    /// sandbox died: out of memory, a crash); `None` while it runs, and for an instance this
+    /// engine stopped on purpose (destroy, a checkpoint that leaves it stopped) if the engine
+    /// can tell. Cheap (a file read): the server asks it of every running sandbox several
+    /// times a second (issue 8: a dead sandbox is marked `failed` within 2 s).
+    fn exit(&self, id: &str, dir: &Path) -> Option<InstanceExit>;
 
     /// Bytes used and size of the disk of the instance in `dir`, when it has one.
     fn disk_usage(&self, dir: &Path) -> Option<(u64, u64)>;

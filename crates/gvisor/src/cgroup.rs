@@ -159,3 +159,74 @@ pub fn kill_all(id: &str) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// Whether the kernel's log records an OOM kill in instance `id`'s memory cgroup: the line
+/// `oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=<path>/pandastack/<id>,...` the
+/// kernel prints when a memory cgroup's limit made it kill a process (runsc removes the
+/// cgroup itself when the sandbox dies, so its `memory.oom_control` is gone by then). Reads
+/// `/dev/kmsg` from its oldest record to its newest without waiting; false when it cannot
+/// be read (not root, or a container without it).
+pub fn killed_by_oom(id: &str) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut kmsg) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+    else {
+        return false;
+    };
+    let needle = format!("/pandastack/{id},");
+    // One record per read (at most 1 KiB of text, continuation lines included).
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match kmsg.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(n) => {
+                let rec = String::from_utf8_lossy(&buf[..n]);
+                let msg = rec.split_once(';').map_or(&*rec, |(_, m)| m);
+                if msg.starts_with("oom-kill:") && oom_memcg_matches(msg, &needle) {
+                    return true;
+                }
+            }
+            // A record overwritten while reading: the next read returns the next one.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(_) => return false, // EAGAIN: no more records
+        }
+    }
+}
+
+/// Whether an `oom-kill:` record's `oom_memcg=` field ends in `needle` (`/pandastack/<id>,`).
+fn oom_memcg_matches(msg: &str, needle: &str) -> bool {
+    msg.split("oom_memcg=").nth(1).is_some_and(|rest| {
+        rest.split_once(',')
+            .is_some_and(|(memcg, _)| format!("{memcg},").ends_with(needle))
+    })
+}
+
+#[cfg(test)]
+mod oom_tests {
+    use super::*;
+
+    #[test]
+    fn an_oom_record_names_its_instance_by_memory_cgroup() {
+        // The record this kernel printed when a sandbox went over its 512 MiB (dmesg).
+        let msg = "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=ps-045a,mems_allowed=0,\
+                   oom_memcg=/process_api/6d37/pandastack/ps-045a,task_memcg=/process_api/6d37/pandastack/ps-045a,task=exe,pid=2282055,uid=0";
+        assert!(oom_memcg_matches(msg, "/pandastack/ps-045a,"));
+        assert!(!oom_memcg_matches(msg, "/pandastack/ps-04,"));
+        assert!(!oom_memcg_matches(msg, "/pandastack/ps-045ab,"));
+        assert!(!oom_memcg_matches(
+            "oom-kill:constraint=CONSTRAINT_NONE",
+            "/pandastack/ps-045a,"
+        ));
+    }
+
+    #[test]
+    fn reading_the_kernel_log_ends_without_waiting() {
+        // No instance of this name ever ran: the whole log is read and nothing matches.
+        let started = std::time::Instant::now();
+        assert!(!killed_by_oom("ps-never-ran"));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+}

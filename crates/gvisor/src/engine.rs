@@ -9,8 +9,9 @@ use crate::volumes::Volumes;
 use crate::{cgroup, checkpoint, config, disk};
 use async_trait::async_trait;
 use pandastack_engine::{
-    instance_id_from, CheckpointOutcome, Engine, EngineError, Instance, InstanceId, InstanceStats,
-    InstanceStatus, NetworkPolicy, SandboxSpec, TargetClass, VolumeMount, VolumeUsage,
+    instance_id_from, CheckpointOutcome, Engine, EngineError, Instance, InstanceExit, InstanceId,
+    InstanceStats, InstanceStatus, NetworkPolicy, SandboxSpec, TargetClass, VolumeMount,
+    VolumeUsage,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -538,6 +539,21 @@ impl Engine for GvisorEngine {
             }
             Err(e) => Err(e),
         }
+    }
+
+    fn exit(&self, id: &str, dir: &Path) -> Option<InstanceExit> {
+        // The shim writes runsc's exit code there when runsc exits (shim.rs).
+        let code: i32 = std::fs::read_to_string(dir.join("exit"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        // A SIGKILL (128 + 9) of the sandbox is what the memory cgroup's OOM killer sends.
+        let out_of_memory = code == 137 && cgroup::killed_by_oom(id);
+        Some(InstanceExit {
+            code,
+            out_of_memory,
+        })
     }
 
     fn disk_usage(&self, dir: &Path) -> Option<(u64, u64)> {

@@ -249,6 +249,7 @@ impl Host {
     /// The state changes first, so a request whose channel breaks as the instance goes already
     /// reads `failed` ([`Live::channel_lost`]).
     pub async fn fail(&self, live: &Arc<Live>, cause: &str) {
+        live.set_failure(Some(cause.to_string()));
         live.drop_conn().await;
         // A failed sandbox gives up its volumes (issue 9).
         self.release_volumes(live).await;

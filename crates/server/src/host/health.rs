@@ -2,6 +2,14 @@
 //! daemon is pinged (1 s to connect, 1 s to answer) and its CPU use sampled from its cgroup; every 30 s the
 //! engine is asked whether the instance still exists. Three consecutive failed probes mark the
 //! sandbox `failed` and release its resources.
+//!
+//! Besides, the death watch asks the engine every [`DEATH_POLL`] whether a running sandbox's
+//! instance ended by itself ([`Engine::exit`]: over its memory limit, a crash): such a sandbox
+//! is marked `failed` at once with the cause (issue 8: "marked `failed` within 2 s ... with an
+//! event naming the cause (`oom`), and requests to it answer 409 `sandbox failed: out of
+//! memory` at once").
+//!
+//! [`Engine::exit`]: pandastack_engine::Engine::exit
 
 use super::Host;
 use pandastack_engine::InstanceStatus;
@@ -18,6 +26,8 @@ const ENGINE_EVERY: u64 = 6;
 const PING_TIMEOUT: Duration = Duration::from_secs(1);
 /// Consecutive failed probes that mark a sandbox failed.
 pub const MAX_FAILED_PROBES: u32 = 3;
+/// How often the death watch looks at every running sandbox's instance (a file read each).
+pub const DEATH_POLL: Duration = Duration::from_millis(250);
 
 impl Host {
     /// Spawns the monitor task.
@@ -35,6 +45,70 @@ impl Host {
                         host.probe(&live, round.is_multiple_of(ENGINE_EVERY)).await
                     });
                 }
+            }
+        });
+    }
+
+    /// Spawns the death watch (see the module doc).
+    pub fn spawn_death_watch(self: &Arc<Self>) {
+        let host = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(DEATH_POLL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                for live in host.all() {
+                    host.look_for_death(&live).await;
+                }
+            }
+        });
+    }
+
+    /// Fails `live` when its instance ended by itself. A lifecycle operation in progress owns
+    /// the instance (a checkpoint or a destroy ends it on purpose): it is looked at again
+    /// once that is over.
+    async fn look_for_death(self: &Arc<Self>, live: &Arc<super::Live>) {
+        if live.gate.try_read().is_err() || live.failure().is_some() {
+            return;
+        }
+        let (status, iid, dir, memory_mb) = {
+            let r = live.row.lock().await;
+            (
+                r.status.clone(),
+                r.instance_id.clone(),
+                r.instance_dir.clone(),
+                r.memory_mb,
+            )
+        };
+        let (Some(iid), Some(dir)) = (iid, dir) else {
+            return;
+        };
+        if status != "running" {
+            return;
+        }
+        let Some(exit) = self.engine.exit(&iid, std::path::Path::new(&dir)) else {
+            return;
+        };
+        let cause = if exit.out_of_memory {
+            format!("oom: out of memory (over its {memory_mb} MiB)")
+        } else {
+            format!("the sandbox exited by itself (code {})", exit.code)
+        };
+        // Requests answer with the cause from now on, before the state changes.
+        live.set_failure(Some(cause.clone()));
+        let (host, live) = (self.clone(), live.clone());
+        tokio::spawn(async move {
+            let gate = live.gate.write().await;
+            let current = {
+                let r = live.row.lock().await;
+                r.status == "running" && r.instance_id.as_deref() == Some(iid.as_str())
+            };
+            drop(gate);
+            if current {
+                warn!(sandbox_id = %live.id, instance_id = %iid, code = exit.code, oom = exit.out_of_memory, "sandbox died: marking failed");
+                host.fail(&live, &cause).await;
+            } else {
+                live.set_failure(None);
             }
         });
     }

@@ -11,6 +11,9 @@ use tokio::sync::{Mutex, RwLock};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a health probe may spend connecting (issue 8: probes time out in about 1 s).
 pub const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a request whose guest channel closed waits for the verdict on the sandbox (died
+/// or not) before it answers 503: a few [`super::health::DEATH_POLL`]s.
+pub const CHANNEL_LOST_WAIT: Duration = Duration::from_millis(1000);
 
 /// One sandbox known to this host.
 pub struct Live {
@@ -33,6 +36,9 @@ pub struct Live {
     pub log: super::logs::SandboxLog,
     /// Consecutive failed health probes.
     failed_probes: std::sync::atomic::AtomicU32,
+    /// Why the sandbox failed (or is being failed right now), as this process saw it: what
+    /// requests to it answer (issue 8: "409 `sandbox failed: out of memory` at once").
+    failure: std::sync::Mutex<Option<String>>,
     /// Last CPU sample: (cpu ns, unix ms) and the CPU use between the last two, in percent x100.
     cpu_sample: std::sync::Mutex<(u64, i64, u64)>,
 }
@@ -49,6 +55,7 @@ impl Live {
             active: Default::default(),
             gate: std::sync::Arc::new(RwLock::new(())),
             failed_probes: Default::default(),
+            failure: Default::default(),
             cpu_sample: Default::default(),
             log: Default::default(),
         }
@@ -174,24 +181,56 @@ impl Live {
         self.cpu_sample.lock().unwrap_or_else(|e| e.into_inner()).2 as f64 / 100.0
     }
 
+    /// Why the sandbox failed, if this process knows (see [`Live::set_failure`]).
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records why the sandbox failed (`None`: it did not after all).
+    pub fn set_failure(&self, cause: Option<String>) {
+        *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = cause;
+    }
+
     /// The error for a request whose guest channel closed before it finished (`what`: "exec",
     /// "code run", "download", ...). A sandbox that was deleted or failed meanwhile says so
-    /// (409: the command was killed, retrying cannot help); otherwise the channel dropped and
-    /// the 503 carries "connection refused" so the SDKs' warm-up retry applies (contract §1.4).
+    /// (409: the command was killed, retrying cannot help), with the cause when known (an
+    /// instance that died is noticed within [`super::health::DEATH_POLL`], so this waits up
+    /// to [`CHANNEL_LOST_WAIT`] for the verdict); otherwise the channel dropped and the 503
+    /// carries "connection refused" so the SDKs' warm-up retry applies (contract §1.4).
     pub async fn channel_lost(&self, what: &str) -> ApiError {
-        let status = self.row.lock().await.status.clone();
-        match status.as_str() {
-            "deleted" => ApiError::Conflict(format!(
-                "sandbox {} was deleted while the {what} was running; it was killed",
-                self.id
-            )),
-            "failed" => ApiError::Conflict(format!(
-                "sandbox {} failed while the {what} was running; it was killed",
-                self.id
-            )),
-            _ => ApiError::Unavailable(format!(
-                "guest channel closed during {what}: connection refused"
-            )),
+        let deadline = tokio::time::Instant::now() + CHANNEL_LOST_WAIT;
+        loop {
+            let status = self.row.lock().await.status.clone();
+            let failure = self.failure();
+            match (status.as_str(), failure) {
+                ("deleted", _) => {
+                    return ApiError::Conflict(format!(
+                        "sandbox {} was deleted while the {what} was running; it was killed",
+                        self.id
+                    ))
+                }
+                (_, Some(cause)) => {
+                    return ApiError::Conflict(format!(
+                        "sandbox {} failed while the {what} was running ({cause}); it was killed",
+                        self.id
+                    ))
+                }
+                ("failed", None) => {
+                    return ApiError::Conflict(format!(
+                        "sandbox {} failed while the {what} was running; it was killed",
+                        self.id
+                    ))
+                }
+                _ if tokio::time::Instant::now() >= deadline => {
+                    return ApiError::Unavailable(format!(
+                        "guest channel closed during {what}: connection refused"
+                    ))
+                }
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
         }
     }
 

@@ -12,7 +12,8 @@ impl Host {
     /// activity and returns its guest connection with the lifecycle gate held shared.
     ///
     /// # Errors
-    /// 409 naming the state when the sandbox is paused, failed or deleted; 503 when the
+    /// 409 naming the state when the sandbox is paused, failed or deleted (for a failure this
+    /// process saw, `sandbox failed: <cause>` at once, even before the state says so); 503 when the
     /// guest is unreachable; wake errors.
     pub async fn ready(&self, live: &Arc<Live>) -> Result<Ready, ApiError> {
         loop {
@@ -21,6 +22,9 @@ impl Host {
                 let r = live.row.lock().await;
                 (SandboxState::parse(&r.status), r.envs.clone())
             };
+            if let Some(cause) = live.failure() {
+                return Err(ApiError::Conflict(format!("sandbox failed: {cause}")));
+            }
             match state {
                 SandboxState::Running => {
                     live.touch().await;
