@@ -27,65 +27,17 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import List
 
-import requests
 
 sys.path.insert(0, str(Path(__file__).parent))
-from benchlib import percentile  # noqa: E402
+from benchlib import BenchServer, bench_root, percentile  # noqa: E402
 
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class BenchServer:
-    def __init__(self, binary: Path, templates: Path, root: Path) -> None:
-        self.data = root / "server"
-        (self.data / "templates").mkdir(parents=True)
-        for t in templates.iterdir():
-            if t.is_dir() and (t / "current").exists():
-                cur = (t / "current").read_text().strip()
-                (self.data / "templates" / t.name).mkdir()
-                subprocess.run(["cp", "-al", str(t / cur), str(self.data / "templates" / t.name / cur)], check=True)
-                shutil.copy2(t / "current", self.data / "templates" / t.name / "current")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = root / "server.log"
-        self.proc = subprocess.Popen(
-            [str(binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data),
-             "--database-idle-stop-seconds", "1"],
-            stdin=subprocess.DEVNULL, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        for _ in range(300):
-            try:
-                if requests.get(f"{self.url}/health", timeout=1).ok:
-                    break
-            except requests.RequestException:
-                time.sleep(0.2)
-        self.key = re.search(r"PANDASTACK_API_KEY=(\S+)", (self.data / "admin.env").read_text()).group(1)
-        from pandastack import Client
-
-        self.client = Client(api_url=self.url, api_key=self.key, timeout=120)
-        self.http = requests.Session()
-        self.http.headers["Authorization"] = f"Bearer {self.key}"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def create_ms(srv: BenchServer) -> tuple[float, str]:
@@ -140,11 +92,11 @@ def main() -> int:
     ap.add_argument("--connects", type=int, default=200, help="connect + select 1 from a sandbox")
     ap.add_argument("--pgbench-seconds", type=int, default=30)
     a = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="pandastack-bench-db-", dir=Path(a.data_dir).resolve().parent))
-    root.chmod(0o755)  # the postgres user runs the clusters inside
+    root = bench_root(Path(a.data_dir), "db")
     srv = None
     try:
-        srv = BenchServer(Path(a.bin), Path(a.data_dir) / "templates", root)
+        srv = BenchServer(Path(a.bin), Path(a.data_dir) / "templates", root, "server",
+                          ["--database-idle-stop-seconds", "1"], wait_images=False)
         rows = []
         print("bench: create -> running, delete", file=sys.stderr)
         creates, deletes = [], []

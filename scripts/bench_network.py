@@ -23,7 +23,6 @@ import http.server
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,67 +32,12 @@ from pathlib import Path
 from typing import List
 
 sys.path.insert(0, str(Path(__file__).parent))
-from benchlib import percentile  # noqa: E402
+from benchlib import BenchServer, bench_root, percentile  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class BenchServer:
-    def __init__(self, binary: Path, templates: Path, root: Path, name: str, args: List[str]) -> None:
-        self.data = root / name
-        (self.data / "templates").mkdir(parents=True)
-        for t in templates.iterdir():
-            if t.is_dir() and (t / "current").exists():
-                cur = (t / "current").read_text().strip()
-                (self.data / "templates" / t.name).mkdir()
-                subprocess.run(["cp", "-al", str(t / cur), str(self.data / "templates" / t.name / cur)], check=True)
-                shutil.copy2(t / "current", self.data / "templates" / t.name / "current")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = root / f"{name}.log"
-        env = {**os.environ, "PANDASTACK_LOG": "info,pandastack_gvisor::net=debug"}
-        self.proc = subprocess.Popen(
-            [str(binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data), *args],
-            stdin=subprocess.DEVNULL, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env,
-            start_new_session=True,
-        )
-        import requests
-
-        for _ in range(300):
-            try:
-                if requests.get(f"{self.url}/health", timeout=1).ok:
-                    break
-            except requests.RequestException:
-                time.sleep(0.2)
-        key = re.search(r"PANDASTACK_API_KEY=(\S+)", (self.data / "admin.env").read_text()).group(1)
-        from pandastack import Client
-
-        self.key = key
-        self.client = Client(api_url=self.url, api_key=key, timeout=120)
-        # Template images are made in the background at start: wait until creates take them.
-        for _ in range(120):
-            sb = self.client.sandboxes.create(template="base")
-            mode = sb.boot_mode
-            sb.kill()
-            if mode == "snapshot":
-                break
-            time.sleep(1)
-        time.sleep(3)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-    def namespace_ms(self) -> List[float]:
-        text = re.sub(r"\x1b\[[0-9;]*m", "", self.log.read_text(errors="replace"))
-        return [float(m) for m in re.findall(r"network namespace ready.*?ms=(\d+)", text)]
+def namespace_ms(srv: BenchServer) -> List[float]:
+    """The server's own timing of each network namespace it made (its debug log)."""
+    return [float(m) for m in re.findall(r"network namespace ready.*?ms=(\d+)", srv.log_text())]
 
 
 def bench_create(srv: BenchServer, runs: int, pace_s: float) -> List[float]:
@@ -182,12 +126,14 @@ def main() -> int:
     ap.add_argument("--proxy-runs", type=int, default=200)
     ap.add_argument("--egress-mb", type=int, default=100)
     a = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="pandastack-bench-net-", dir=Path(a.data_dir).resolve().parent))
+    root = bench_root(Path(a.data_dir), "net")
+    templates = Path(a.data_dir) / "templates"
+    log = {"PANDASTACK_LOG": "info,pandastack_gvisor::net=debug"}
     servers = []
     try:
-        net = BenchServer(Path(a.bin), Path(a.data_dir) / "templates", root, "net", [])
+        net = BenchServer(Path(a.bin), templates, root, "net", env=log)
         servers.append(net)
-        plain = BenchServer(Path(a.bin), Path(a.data_dir) / "templates", root, "plain", ["--sandbox-network", "none"])
+        plain = BenchServer(Path(a.bin), templates, root, "plain", ["--sandbox-network", "none"], env=log)
         servers.append(plain)
         rows = []
         for label, srv in [("with networking", net), ("without networking", plain)]:
@@ -196,7 +142,7 @@ def main() -> int:
             rows.append((f"create -> first exec, back to back (`base`, {label})", bench_create(srv, a.runs, 0.0)))
         print("bench: proxy round trip", file=sys.stderr)
         rows.append(("proxy round trip (GET through `/proxy/8000/`)", bench_proxy(net, a.proxy_runs)))
-        rows.append(("network namespace setup (server's own timing)", net.namespace_ms()))
+        rows.append(("network namespace setup (server's own timing)", namespace_ms(net)))
         print("bench: egress", file=sys.stderr)
         speeds = bench_egress(net, a.egress_mb, 3)
         print("\nPandaStack networking through the Python SDK\n")

@@ -18,18 +18,14 @@ Numbers, not assertions (goal of issue 13: an unchanged rebuild under 1 s).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
+from pathlib import Path
 from typing import List
 
-
-def percentile(samples: List[float], p: float) -> float:
-    """Nearest-rank percentile (P99 of 50 samples is the largest)."""
-    ordered = sorted(samples)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
+sys.path.insert(0, str(Path(__file__).parent))
+from benchlib import percentile  # noqa: E402
 
 
 def wait_done(client, build_id: str) -> None:

@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tempfile
+import shutil
 import time
 from pathlib import Path
 from typing import List
 
 sys.path.insert(0, str(Path(__file__).parent))
-from benchlib import BenchServer, percentile, table  # noqa: E402
+from benchlib import BenchServer, bench_root, percentile, table  # noqa: E402
 
 
 def create_delete(srv: BenchServer, runs: int) -> tuple[List[float], List[float]]:
@@ -92,14 +92,17 @@ def main() -> int:
     ap.add_argument("--io-mb", type=int, default=256, help="MB written and read per throughput run")
     ap.add_argument("--io-runs", type=int, default=3)
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="pandastack-bench-vol-") as tmp:
-        srv = BenchServer(Path(a.bin).resolve(), Path(a.data_dir) / "templates", Path(tmp))
+    root = bench_root(Path(a.data_dir), "vol")
+    try:
+        srv = BenchServer(Path(a.bin).resolve(), Path(a.data_dir) / "templates", root, "server")
         try:
             creates, deletes = create_delete(srv, a.runs)
             plain, attached = first_exec(srv, a.runs)
             io = throughput(srv, a.io_mb, a.io_runs)
         finally:
             srv.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     print(table([
         ("volume create (8 GiB)", creates),
         ("volume delete", deletes),

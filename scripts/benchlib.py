@@ -1,14 +1,21 @@
-"""Shared pieces of the benchmark scripts: percentiles, timing, markdown tables, and the raw
-guest channel (the frames of crates/guest-protocol) for measuring runsc without the server."""
+"""Shared pieces of the benchmark scripts: percentiles, timing, markdown tables, a server of a
+benchmark's own (BenchServer), and the raw guest channel (the frames of crates/guest-protocol)
+for measuring runsc without the server."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import shutil
 import socket
 import struct
+import subprocess
+import tempfile
 import time
-from typing import Callable, Iterable, List, Sequence, Tuple
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 
 def percentile(samples: Sequence[float], p: float) -> float:
@@ -83,21 +90,28 @@ class GuestChannel:
                 return out
 
 
+def bench_root(data_dir: Path, prefix: str) -> Path:
+    """A fresh directory for a benchmark's servers: next to `data_dir` (same filesystem, so its
+    templates can be hard-linked), mode 0755 (the postgres user runs database clusters inside)
+    and short (an instance's sockets must fit in a unix socket address; the server refuses a
+    deeper data dir)."""
+    root = Path(tempfile.mkdtemp(prefix=f"psb-{prefix}-", dir=Path(data_dir).resolve().parent))
+    root.chmod(0o755)
+    return root
+
+
 class BenchServer:
-    """A `pandastack server` of a benchmark's own on a fresh data dir `root/name` whose baked
-    templates are hard links of those in `templates` (nothing is baked, nothing copied). It
-    waits until `/health` answers and creates from `base` restore its template image (made in
-    the background at start), and offers `client` (the published Python SDK) and `http`
-    (requests with the key)."""
+    """A `pandastack server` of a benchmark's own, on the data dir `root/name` whose templates
+    are hard links of the baked ones in `templates` (nothing is baked). Waits until it answers
+    and, with `wait_images`, until creates of `base` restore the template snapshot (template
+    images are made in the background at start). Stops the process again if any of that fails.
 
-    def __init__(self, binary, templates, root, name: str = "server", args: Sequence[str] = ()) -> None:
-        import os
-        import re
-        import shutil
-        import subprocess
+    Attributes: `url`, `key` (the admin key), `client` (a `pandastack.Client`), `http` (a
+    `requests.Session` with the key), `data` (its data dir), `log` (its log file)."""
 
+    def __init__(self, binary: Path, templates: Path, root: Path, name: str, args: Sequence[str] = (),
+                 env: Optional[Dict[str, str]] = None, wait_images: bool = True) -> None:
         import requests
-        from pandastack import Client
 
         self.data = root / name
         (self.data / "templates").mkdir(parents=True)
@@ -115,31 +129,53 @@ class BenchServer:
         self.proc = subprocess.Popen(
             [str(binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data), *args],
             stdin=subprocess.DEVNULL, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
-            env=dict(os.environ), start_new_session=True,
+            env={**os.environ, **(env or {})}, start_new_session=True,
         )
-        for _ in range(300):
-            try:
-                if requests.get(f"{self.url}/health", timeout=1).ok:
-                    break
-            except requests.RequestException:
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited ({self.proc.returncode}); see {self.log}")
+                try:
+                    if requests.get(f"{self.url}/health", timeout=1).ok:
+                        break
+                except requests.RequestException:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"server did not answer in 120 s; see {self.log}")
                 time.sleep(0.2)
-        self.key = re.search(r"PANDASTACK_API_KEY=(\S+)", (self.data / "admin.env").read_text()).group(1)
-        self.client = Client(api_url=self.url, api_key=self.key, timeout=120)
-        self.http = requests.Session()
-        self.http.headers["Authorization"] = f"Bearer {self.key}"
+            self.key = re.search(r"PANDASTACK_API_KEY=(\S+)", (self.data / "admin.env").read_text()).group(1)
+            from pandastack import Client
+
+            self.client = Client(api_url=self.url, api_key=self.key, timeout=120)
+            self.http = requests.Session()
+            self.http.headers["Authorization"] = f"Bearer {self.key}"
+            if wait_images:
+                self._wait_images()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_images(self) -> None:
         for _ in range(120):
             sb = self.client.sandboxes.create(template="base")
             mode = sb.boot_mode
             sb.kill()
             if mode == "snapshot":
-                break
+                time.sleep(3)  # let the warm pool fill
+                return
             time.sleep(1)
+        raise RuntimeError("creates never restored the template snapshot")
+
+    def log_text(self) -> str:
+        """The server's log so far, without terminal colours."""
+        return re.sub(r"\x1b\[[0-9;]*m", "", self.log.read_text(errors="replace"))
 
     def stop(self) -> None:
-        import subprocess
-
+        """SIGTERM (the server removes its warm pool), SIGKILL after 120 s."""
         self.proc.terminate()
         try:
             self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()

@@ -50,6 +50,35 @@ pub struct GvisorConfig {
     pub volumes_dir: PathBuf,
 }
 
+/// The longest path a unix socket address holds (`sun_path` is 108 bytes with its NUL; unix(7)).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Checks that the sockets of every instance under `instances_dir` (`<dir>/<instance id>/
+/// control.sock`, the longest of them) fit in a unix socket address. A longer one makes the
+/// shim's bind fail inside the sandbox's start, which the server would only see as a boot that
+/// never answers, so a too-deep data dir is refused at start-up instead.
+///
+/// # Errors
+/// [`EngineError::Failed`] naming the length and the limit.
+fn check_socket_paths(instances_dir: &Path) -> Result<(), EngineError> {
+    let longest = instances_dir
+        .join(pandastack_engine::instance_id_from([0; 16]))
+        .join("control.sock");
+    let len = longest.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(EngineError::Failed {
+            op: "socket path",
+            id: "-".into(),
+            detail: format!(
+                "the data dir is too deep: an instance socket path would be {len} bytes, \
+                 a unix socket address holds {MAX_SOCKET_PATH}; use a data dir at least {} bytes shorter",
+                len - MAX_SOCKET_PATH
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The gVisor engine. Cheap to clone.
 #[derive(Clone)]
 pub struct GvisorEngine {
@@ -70,8 +99,12 @@ impl GvisorEngine {
     /// Creates the engine and its state root.
     ///
     /// # Errors
-    /// I/O errors creating the state root or the volume mounts' root.
+    /// I/O errors creating the state root or the volume mounts' root;
+    /// [`EngineError::Failed`] (op `socket path`) when the instances dir is so deep that an
+    /// instance's sockets would not fit in a unix socket address: every boot would then wait
+    /// out [`START_TIMEOUT`] and fail.
     pub fn new(cfg: GvisorConfig) -> Result<Self, EngineError> {
+        check_socket_paths(&cfg.instances_dir)?;
         std::fs::create_dir_all(&cfg.state_root)?;
         let volumes = Arc::new(Volumes::new(cfg.mounts_dir)?);
         let net = cfg
@@ -958,4 +991,32 @@ async fn send_control(path: &Path, line: &str) -> std::io::Result<String> {
     let mut reply = String::new();
     BufReader::new(stream).read_line(&mut reply).await?;
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_paths_must_fit_a_unix_socket_address() {
+        // 107 - len("/ps-<32 hex>/control.sock") = 58 bytes of instances dir at most.
+        let fits = PathBuf::from(format!("/{}", "d".repeat(57)));
+        assert!(check_socket_paths(&fits).is_ok());
+        let too_deep = PathBuf::from(format!("/{}", "d".repeat(58)));
+        let err = check_socket_paths(&too_deep).unwrap_err().to_string();
+        assert!(
+            err.contains("108 bytes") && err.contains("1 bytes shorter"),
+            "{err}"
+        );
+        // A real instance socket at the limit binds; one byte more does not.
+        let tmp = std::env::temp_dir();
+        let base = tmp.join(format!("ps-sock-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let room = MAX_SOCKET_PATH - base.as_os_str().len() - 1;
+        let at_limit = base.join("s".repeat(room));
+        assert!(std::os::unix::net::UnixListener::bind(&at_limit).is_ok());
+        let over = base.join("s".repeat(room + 1));
+        assert!(std::os::unix::net::UnixListener::bind(&over).is_err());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
