@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import List
