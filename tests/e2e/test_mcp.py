@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import subprocess
+import uuid
 from contextlib import asynccontextmanager
 
 import anyio
@@ -28,6 +29,7 @@ TOOLS = {
     "create_sandbox", "list_sandboxes", "kill_sandbox", "run_code", "exec", "read_file",
     "write_file", "list_files", "snapshot", "restore", "fork", "pause", "resume", "list_ports",
     "preview_url", "create_database", "list_databases", "database_connection", "delete_database",
+    "create_volume", "list_volumes", "delete_volume",
 }
 
 
@@ -58,11 +60,11 @@ def texts(result) -> list[str]:
     return [c.text for c in result.content if c.type == "text"]
 
 
-async def call(session, name: str, **arguments):
+async def call(session, name: str, /, **arguments):
     return await session.call_tool(name, arguments)
 
 
-async def call_json(session, name: str, **arguments):
+async def call_json(session, name: str, /, **arguments):
     result = await call(session, name, **arguments)
     assert not result.is_error, (name, texts(result))
     return json.loads(texts(result)[0])
@@ -137,6 +139,37 @@ def test_database_tools(server):
             assert texts(gone) == [f"deleted database {db['id']}"]
             missing = await call(session, "database_connection", database_id=db["id"])
             assert missing.is_error and any("404" in t for t in texts(missing)), texts(missing)
+
+    anyio.run(main)
+
+
+def test_volume_tools(server):
+    """An agent keeps a working directory on a volume across sandboxes: one sandbox writes
+    there, a later one (mounting it read-only) reads it back; a delete is refused while a
+    sandbox holds the volume and works once none does."""
+    name = f"mcp-work-{uuid.uuid4().hex[:8]}"
+
+    async def main():
+        async with http_session(server, server.admin_key()) as session:
+            vol = await call_json(session, "create_volume", name=name, size_mb=64)
+            assert vol["name"] == name and vol["size_mb"] == 64, vol
+            first = await call_json(session, "create_sandbox", template="base", ttl_seconds=600,
+                                    volumes=[{"name": name}])
+            out = await call_json(session, "exec", sandbox_id=first["id"],
+                                  command=f"echo kept > /mnt/{name}/notes.txt && sync")
+            assert out["exit_code"] == 0, out
+            held = await call(session, "delete_volume", name=name)
+            assert held.is_error and any("409" in t for t in texts(held)), texts(held)
+            await call(session, "kill_sandbox", sandbox_id=first["id"])
+            second = await call_json(session, "create_sandbox", template="base", ttl_seconds=600,
+                                     volumes=[{"name": name, "read_only": True}])
+            out = await call_json(session, "exec", sandbox_id=second["id"], command=f"cat /mnt/{name}/notes.txt")
+            assert out["stdout"] == "kept\n", out
+            await call(session, "kill_sandbox", sandbox_id=second["id"])
+            assert name in {v["name"] for v in await call_json(session, "list_volumes")}
+            gone = await call(session, "delete_volume", name=name)
+            assert texts(gone) == [f"deleted volume {name}"], texts(gone)
+            assert name not in {v["name"] for v in await call_json(session, "list_volumes")}
 
     anyio.run(main)
 

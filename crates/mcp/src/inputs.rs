@@ -26,6 +26,21 @@ pub struct CreateSandbox {
     /// False: no internet from the sandbox (default: the server's policy, usually allowed).
     #[serde(default)]
     pub allow_internet_access: Option<bool>,
+    /// Volumes (from create_volume) to mount at `/mnt/{name}`: a read-write volume is held by
+    /// one sandbox at a time; read-only ones may be shared.
+    #[serde(default)]
+    pub volumes: Option<Vec<AttachVolume>>,
+}
+
+/// A volume `create_sandbox` mounts.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttachVolume {
+    /// The volume's name.
+    pub name: String,
+    /// Mount it read-only (default false).
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// `preview_url`.
@@ -175,6 +190,24 @@ pub struct CreateDatabase {
     /// connection starts it again).
     #[serde(default)]
     pub always_on: Option<bool>,
+}
+
+/// `create_volume`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateVolume {
+    /// Name, unique in the workspace: letters, digits, `.`, `_` and `-`, at most 64.
+    pub name: String,
+    /// Size in MiB (64 to 65536); it can grow later, never shrink.
+    pub size_mb: u64,
+}
+
+/// Tools that take only a volume.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeName {
+    /// The volume's name (from create_volume or list_volumes).
+    pub name: String,
 }
 
 /// Tools that take only a database.

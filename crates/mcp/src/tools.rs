@@ -64,6 +64,9 @@ pub fn definitions() -> Vec<Tool> {
         tool::<Nothing>("list_databases", "List this workspace's databases as JSON (id, label, status, size, port), without credentials."),
         tool::<DatabaseId>("database_connection", "The connection URL of a database: postgres://USER:PASSWORD@HOST:PORT/DATABASE, reachable from the workspace's sandboxes."),
         tool::<DatabaseId>("delete_database", "Delete a database and all its data. Irreversible."),
+        tool::<CreateVolume>("create_volume", "Create a named disk (ext4) that outlives sandboxes: pass it to create_sandbox's `volumes` to mount it at /mnt/{name}, e.g. as a working directory many runs share. Returns it as JSON."),
+        tool::<Nothing>("list_volumes", "List this workspace's volumes as JSON (name, size_mb, used bytes, the sandbox holding it)."),
+        tool::<VolumeName>("delete_volume", "Delete a volume and its files. Irreversible; refused while a sandbox holds it."),
     ]
 }
 
@@ -99,6 +102,14 @@ pub async fn call(
                     metadata: a.metadata,
                     persistent: a.persistent,
                     allow_internet_access: a.allow_internet_access,
+                    volumes: a.volumes.map(|v| {
+                        v.into_iter()
+                            .map(|m| pandastack_sdk::api::VolumeMount {
+                                name: m.name,
+                                read_only: m.read_only,
+                            })
+                            .collect()
+                    }),
                     ..Default::default()
                 })
                 .await?;
@@ -258,6 +269,21 @@ pub async fn call(
                 "deleted database {}",
                 a.database_id
             )))
+        }
+        "create_volume" => {
+            let a: inputs::CreateVolume = args(raw)?;
+            ok(render::json(
+                &client.volumes().create(&a.name, a.size_mb).await?,
+            ))
+        }
+        "list_volumes" => {
+            let _: inputs::Nothing = args(raw)?;
+            ok(render::json(&client.volumes().list().await?))
+        }
+        "delete_volume" => {
+            let a: inputs::VolumeName = args(raw)?;
+            client.volumes().delete(&a.name).await?;
+            ok(ContentBlock::text(format!("deleted volume {}", a.name)))
         }
         other => Err(ToolError(format!("unknown tool '{other}'"))),
     }
