@@ -581,8 +581,9 @@ impl Engine for GvisorEngine {
             .trim()
             .parse()
             .ok()?;
-        // A SIGKILL (128 + 9) of the sandbox is what the memory cgroup's OOM killer sends.
-        let out_of_memory = code == 137 && cgroup::killed_by_oom(id);
+        // The memory cgroup's OOM killer may pick any process of the instance (the sentry,
+        // the gofer, runsc itself): any abnormal end is checked against the kernel's log.
+        let out_of_memory = code != 0 && cgroup::killed_by_oom(id);
         Some(InstanceExit {
             code,
             out_of_memory,

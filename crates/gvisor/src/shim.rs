@@ -62,6 +62,15 @@ pub struct ControlRequest {
 
 type Client = Arc<Mutex<Option<UnixStream>>>;
 
+/// A process's exit code as a shell reports it: its own code, or 128 + the signal that
+/// killed it (137 for a SIGKILL, e.g. from a memory cgroup's OOM killer).
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
 /// Runs the shim until runsc exits. Returns the process exit code to use (runsc's).
 ///
 /// # Errors
@@ -76,7 +85,7 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
             .args(&args.command[1..])
             .stdin(Stdio::null())
             .status()?;
-        let code = status.code().unwrap_or(128);
+        let code = exit_code(status);
         write_exit(&args.exit_file, code)?;
         return Ok(code);
     };
@@ -114,7 +123,7 @@ pub fn run(args: &ShimArgs) -> io::Result<i32> {
         }
         _ => {
             eprintln!("shim: runsc exited with {status}");
-            status.code().unwrap_or(128)
+            exit_code(status)
         }
     };
     let _ = write_exit(&args.exit_file, code);
@@ -381,7 +390,7 @@ fn second_stage(args: &ShimArgs, control: &PathBuf, guest_closed: &AtomicBool) -
                 drop(conn);
                 let status = child.wait()?;
                 eprintln!("shim: runsc exited with {status}");
-                return Ok(status.code().unwrap_or(128));
+                return Ok(exit_code(status));
             }
             Err(e) => {
                 let _ = writeln!(reply, "error: {e}");
