@@ -24,8 +24,10 @@ from lifecycle_fixtures import SecondServer, _copy_current_template, _pid_alive,
 
 
 PG_URL = os.environ.get("PANDASTACK_TEST_POSTGRES_URL", "")
-if not PG_URL and os.environ.get("PANDASTACK_REQUIRE_POSTGRES") != "1":
-    pytest.skip("PANDASTACK_TEST_POSTGRES_URL is not set", allow_module_level=True)
+if not PG_URL:
+    # Never skipped: scripts/test.sh starts a PostgreSQL and sets it.
+    pytest.fail("PANDASTACK_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL and sets it)",
+                pytrace=False)
 
 HOST_ARGS = ["--pool-size", "0", "--restore-targets", "0", "--idle-hibernate-seconds", "3600"]
 
