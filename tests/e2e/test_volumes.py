@@ -9,12 +9,17 @@ looped on the host (`/proc/mounts`, `/sys/block/loop*`)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from helpers import assert_json_error
+from lifecycle_fixtures import SecondServer, _copy_current_template, processes_matching, scrub_data_dir
 
 
 def host_volume_state(data_dir: Path) -> tuple[set[str], set[str]]:
@@ -261,3 +266,77 @@ def test_fsynced_volume_data_survives_kill_9_of_the_server(server):
         assert later.exec(f"cat /mnt/{durable}/log").stdout == "fsynced"
         later.kill()
     assert_nothing_mounted(server)
+
+
+def simulate_host_reboot(srv) -> None:
+    """What a clean host reboot does to a server on `srv.data_dir`, without rebooting: every
+    process dies (the server, shims, runsc; kill -9), then every filesystem is unmounted
+    (deepest first: volumes, instance disks, staging dirs; a clean shutdown's `umount`, which
+    flushes and closes each ext4 image) and with them the loop devices (autoclear)."""
+    srv.proc.kill()
+    srv.proc.wait(timeout=30)
+    marker = f"{srv.data_dir}/"
+    for _ in range(100):
+        left = processes_matching(marker)
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    assert not processes_matching(marker), "processes outlived the simulated reboot"
+    points = [l.split(" ")[4] for l in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for m in sorted((m for m in points if m.startswith(marker)), reverse=True):
+        subprocess.run(["umount", m], stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=True)
+    assert host_volume_state(srv.data_dir) == (set(), set())
+
+
+@pytest.fixture
+def reboot_server(server):
+    """A server of this test's own (its instances are killed by the simulated reboot), with
+    `base` hard-linked from the main server's data dir and no warm pool."""
+    data_dir = server.data_dir.parent / f"vol-reboot-{os.getpid()}"
+    scrub_data_dir(data_dir)
+    (data_dir / "templates").mkdir(parents=True)
+    _copy_current_template(server.data_dir / "templates", data_dir / "templates", "base")
+    srv = SecondServer(server.binary, data_dir, server.log.parent / "server-vol-reboot.log",
+                       ["--pool-size", "0", "--netns-stock", "0"])
+    try:
+        srv.start()
+        yield srv
+    finally:
+        srv.teardown()
+
+
+def test_fsynced_volume_data_survives_a_host_reboot(reboot_server):
+    """Issue 9 point 6 ("survives ... a clean host reboot"): after every process died and
+    every filesystem was unmounted, the restarted server marks the running sandbox failed and
+    frees its volume, whose fsynced data is intact; a hibernated sandbox wakes with its volume
+    attached again and its data."""
+    srv = reboot_server
+    client = srv.client()
+    work, cache = f"work-{uuid.uuid4().hex[:8]}", f"cache-{uuid.uuid4().hex[:8]}"
+    client.volumes.create(name=work, size_mb=64)
+    client.volumes.create(name=cache, size_mb=64)
+    fsync = "python3 -c \"import os; f=open('/mnt/{0}/log','w'); f.write('{1}'); f.flush(); os.fsync(f.fileno())\""
+    running = client.sandboxes.create(template="base", volumes=[{"name": work}])
+    assert running.exec(fsync.format(work, "running")).exit_code == 0
+    sleeping = client.sandboxes.create(template="base", persistent=True, volumes=[{"name": cache}])
+    assert sleeping.exec(fsync.format(cache, "hibernated")).exit_code == 0
+    sleeping.hibernate()
+
+    simulate_host_reboot(srv)
+    srv.start()
+
+    assert client.sandboxes.get(running.id).status == "failed"
+    assert client.volumes.get(work)["attachments"] == []
+    later = client.sandboxes.create(template="base", volumes=[{"name": work}])
+    assert later.exec(f"cat /mnt/{work}/log").stdout == "running"
+    assert client.sandboxes.get(sleeping.id).status == "hibernated"
+    sleeping.wake()
+    assert sleeping.exec(f"cat /mnt/{cache}/log").stdout == "hibernated"
+    for sb in (later, sleeping):
+        sb.kill()
+    for name in (work, cache):
+        client.volumes.delete(name)
+    assert host_volume_state(srv.data_dir) == (set(), set())

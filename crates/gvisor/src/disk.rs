@@ -6,10 +6,11 @@
 //! never filled (docs/ARCHITECTURE.md, "Disk quota"). The image is sparse, so the host pays
 //! only for what the sandbox writes (plus ~4 MiB of ext4 metadata).
 //!
-//! The pieces are plain Linux: `mkfs.ext4`, `mount -o loop` (util-linux attaches the loop device
-//! with autoclear, so unmounting detaches it), `umount`. [`collect_stale`] finds what a crash
-//! left (mounts and loop devices whose image lies under a directory) so start-up recovery can
-//! remove it, scoped to the data dir.
+//! The pieces are plain Linux: `mkfs.ext4`, a loop device with autoclear (unmounting detaches
+//! it, as with `mount -o loop`) and `mount(2)`/`umount2(2)` made in this process
+//! ([`crate::loopdev`]). [`collect_stale`] finds what a crash left (mounts and loop devices
+//! whose image lies under a directory) so start-up recovery can remove it, scoped to the data
+//! dir.
 //!
 //! Two kinds of image ([`Kind`]): an instance's disk has no journal (it lives and dies with its
 //! instance; a host crash loses the instance anyway), a volume (issue 9) has one, since it
@@ -17,6 +18,7 @@
 //! ([`grow`]), mounted read-only for read-only users ([`mount_volume`]) and measured while
 //! closed ([`image_space`]).
 
+use crate::loopdev::{self, MountOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -120,29 +122,26 @@ pub fn mount(image: &Path, mount_point: &Path) -> Result<(), DiskError> {
     mount_loop(
         image,
         mount_point,
-        "loop,noatime,nodev,nosuid,noinit_itable",
+        MountOptions {
+            read_only: false,
+            data: "noinit_itable",
+        },
     )
 }
 
-/// `mount -t ext4 -o <options> image mount_point`, the mount point created if missing.
-fn mount_loop(image: &Path, mount_point: &Path, options: &str) -> Result<(), DiskError> {
+/// Mounts ext4 `image` on `mount_point` (created if missing) through an autoclear loop device
+/// ([`crate::loopdev`]: no `mount` process on the path).
+fn mount_loop(image: &Path, mount_point: &Path, opts: MountOptions<'_>) -> Result<(), DiskError> {
     std::fs::create_dir_all(mount_point).map_err(|source| DiskError::Io {
         what: "creating mount point",
         path: mount_point.to_path_buf(),
         source,
     })?;
-    run(
-        "mount",
-        &[
-            "-t".as_ref(),
-            "ext4".as_ref(),
-            "-o".as_ref(),
-            options.as_ref(),
-            image.as_os_str(),
-            mount_point.as_os_str(),
-        ],
-        mount_point,
-    )
+    loopdev::mount(image, mount_point, opts).map_err(|source| DiskError::Io {
+        what: "mounting",
+        path: image.to_path_buf(),
+        source,
+    })
 }
 
 /// True when `path` is a mount point of this process's mount namespace.
@@ -157,20 +156,24 @@ pub fn is_mounted(path: &Path) -> bool {
 /// # Errors
 /// [`DiskError`] when even the lazy unmount fails.
 pub fn unmount(mount_point: &Path) -> Result<(), DiskError> {
-    for _ in 0..50 {
-        if !is_mounted(mount_point) {
-            return Ok(());
+    let io = |source| DiskError::Io {
+        what: "unmounting",
+        path: mount_point.to_path_buf(),
+        source,
+    };
+    for _ in 0..250 {
+        match loopdev::unmount(mount_point, 0) {
+            Ok(()) => return Ok(()),
+            // Not a mount point (any more).
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => return Err(io(e)),
         }
-        if run("umount", &[mount_point.as_os_str()], mount_point).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
-    run(
-        "umount",
-        &["-l".as_ref(), mount_point.as_os_str()],
-        mount_point,
-    )
+    loopdev::unmount(mount_point, libc::MNT_DETACH).map_err(io)
 }
 
 /// Bytes used and size of the filesystem mounted on `mount_point`.
@@ -304,13 +307,15 @@ pub fn detach(dev: &Path) -> Result<(), DiskError> {
 /// # Errors
 /// [`DiskError`] when the directory cannot be made or `mount` fails.
 pub fn mount_volume(image: &Path, mount_point: &Path, read_only: bool) -> Result<(), DiskError> {
-    let mount = |ro: bool| {
-        let options = if ro {
-            "loop,ro,noatime,nodev,nosuid"
-        } else {
-            "loop,noatime,nodev,nosuid"
-        };
-        mount_loop(image, mount_point, options)
+    let mount = |read_only: bool| {
+        mount_loop(
+            image,
+            mount_point,
+            MountOptions {
+                read_only,
+                data: "",
+            },
+        )
     };
     match mount(read_only) {
         Err(_) if read_only => {
@@ -447,6 +452,44 @@ mod tests {
         assert_eq!(
             image_space(&dir.join("junk")).unwrap_err().kind(),
             io::ErrorKind::InvalidData
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The in-process loop mount (needs root and /dev/loop-control, as the engine does):
+    /// read-write, then read-only (writes refused), and after each unmount no loop device
+    /// is left backed by the image.
+    #[test]
+    fn volumes_mount_read_write_and_read_only_and_leave_no_loop_device() {
+        let dir =
+            std::env::temp_dir().join(format!("pandastack-mount-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (image, point) = (dir.join("vol.ext4"), dir.join("mnt"));
+        format(&image, 64, Kind::Volume).unwrap();
+        let looped = || loops_backed_by(|b| b == image.as_path());
+
+        mount_volume(&image, &point, false).unwrap();
+        assert!(is_mounted(&point));
+        assert_eq!(looped().len(), 1);
+        std::fs::write(point.join("kept"), b"data").unwrap();
+        unmount(&point).unwrap();
+        assert!(!is_mounted(&point));
+        assert!(looped().is_empty(), "loop device left: {:?}", looped());
+
+        mount_volume(&image, &point, true).unwrap();
+        assert_eq!(std::fs::read(point.join("kept")).unwrap(), b"data");
+        let refused = std::fs::write(point.join("new"), b"x").unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+        unmount(&point).unwrap();
+        assert!(looped().is_empty(), "loop device left: {:?}", looped());
+        // Unmounting what is not mounted is not an error.
+        unmount(&point).unwrap();
+
+        std::fs::write(dir.join("junk"), vec![0u8; 1 << 20]).unwrap();
+        assert!(mount_volume(&dir.join("junk"), &point, false).is_err());
+        assert!(
+            loops_backed_by(|b| b == dir.join("junk").as_path()).is_empty(),
+            "a failed mount leaves its loop device"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -559,6 +559,13 @@ impl Engine for GvisorEngine {
         match self.runsc.call("state", id, &["state", id]).await {
             Ok(out) => {
                 let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+                // runsc reports what its state file says; after a crash that killed the
+                // sandbox process (or a host reboot, where its pid may now be another
+                // process's) the file still says running.
+                let pid = v["pid"].as_i64().and_then(|p| i32::try_from(p).ok());
+                if !pid.is_some_and(|p| sandbox_process_alive(p, id)) {
+                    return Ok(InstanceStatus::Stopped);
+                }
                 Ok(match v["status"].as_str() {
                     Some("running") => InstanceStatus::Running,
                     Some("paused") => InstanceStatus::Paused,
@@ -994,9 +1001,66 @@ async fn send_control(path: &Path, line: &str) -> std::io::Result<String> {
     Ok(reply)
 }
 
+/// True when `pid` is a live (not zombie) `runsc-sandbox` process of instance `id`: its
+/// command line starts with `runsc-sandbox` and ends with the container id (runsc `boot`'s
+/// last argument). A pid from runsc's state file is checked this way because the file outlives
+/// the process: kill -9 of everything, or a host reboot after which the pid may be reused.
+fn sandbox_process_alive(pid: i32, id: &str) -> bool {
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let Ok(cmdline) = std::fs::read(proc_dir.join("cmdline")) else {
+        return false;
+    };
+    let mut args = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(String::from_utf8_lossy);
+    let first_is_sandbox = args.next().is_some_and(|a| a == "runsc-sandbox");
+    let last_is_id = args.last().is_some_and(|a| a == id);
+    // A zombie keeps its pid (and answers kill(pid, 0)) until reaped, but its cmdline is empty,
+    // so it fails the checks above; the stat state is read too for a process exiting just now.
+    let zombie = std::fs::read_to_string(proc_dir.join("stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(true);
+    first_is_sandbox && last_is_id && !zombie
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_live_runsc_sandbox_of_the_instance_counts_as_its_process() {
+        // A stand-in named like runsc's sandbox process, with the container id last.
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("/bin/sh")
+            .arg0("runsc-sandbox")
+            // `read` is a builtin: the shell itself waits, with no child left behind.
+            .args(["-c", "read line; true", "ps-test"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !sandbox_process_alive(pid, "ps-test") {
+            assert!(std::time::Instant::now() < deadline, "stand-in never seen");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(
+            !sandbox_process_alive(pid, "ps-other"),
+            "another instance's id"
+        );
+        assert!(
+            !sandbox_process_alive(std::process::id() as i32, "ps-test"),
+            "not runsc-sandbox"
+        );
+        child.kill().unwrap();
+        // Killed but not reaped yet: a zombie, which kill(pid, 0) would still find.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!sandbox_process_alive(pid, "ps-test"), "a zombie");
+        child.wait().unwrap();
+        assert!(!sandbox_process_alive(pid, "ps-test"), "gone");
+    }
 
     #[test]
     fn socket_paths_must_fit_a_unix_socket_address() {

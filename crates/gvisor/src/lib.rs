@@ -21,6 +21,7 @@ mod config;
 pub mod disk;
 mod engine;
 mod instance_disk;
+mod loopdev;
 pub mod net;
 mod runsc;
 pub mod shim;
