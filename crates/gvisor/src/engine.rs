@@ -1015,7 +1015,7 @@ fn sandbox_process_alive(pid: i32, id: &str) -> bool {
         .filter(|a| !a.is_empty())
         .map(String::from_utf8_lossy);
     let first_is_sandbox = args.next().is_some_and(|a| a == "runsc-sandbox");
-    let last_is_id = args.last().is_some_and(|a| a == id);
+    let last_is_id = args.next_back().is_some_and(|a| a == id);
     // A zombie keeps its pid (and answers kill(pid, 0)) until reaped, but its cmdline is empty,
     // so it fails the checks above; the stat state is read too for a process exiting just now.
     let zombie = std::fs::read_to_string(proc_dir.join("stat"))
