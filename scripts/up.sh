@@ -19,6 +19,8 @@ LOG=$DATA/server.log
 
 bash scripts/setup.sh
 bash scripts/build.sh dist
+# The CLI on PATH, as the README's commands use it.
+ln -sfn "$PWD/dist/pandastack" /usr/local/bin/pandastack
 mkdir -p "$DATA"
 ./dist/pandastack template-bake base code-interpreter --data-dir "$DATA"
 
@@ -55,6 +57,7 @@ PANDASTACK_API=$URL PANDASTACK_API_KEY=$KEY "$DATA/venv/bin/python" scripts/demo
 cat <<EOF
 
 PandaStack is running on $URL (pid $(cat "$PIDFILE"), data in $DATA, log $LOG).
+The CLI is \`pandastack\` (linked to /usr/local/bin; \`pandastack --help\`).
 Use it from Python or TypeScript:
 
   export PANDASTACK_API=$URL

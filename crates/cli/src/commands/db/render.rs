@@ -32,7 +32,7 @@ pub fn print_one(d: &Database) -> Result<()> {
         ("always_on", d.always_on.to_string()),
         ("connections", d.connections.to_string()),
         ("cloned_from", opt(&d.cloned_from)),
-        ("created_at", d.created_at.to_string()),
+        ("created_at", crate::commands::fs::ls::rfc3339(d.created_at)),
         ("error", opt(&d.error)),
     ])
 }
