@@ -396,4 +396,5 @@ def test_kill_failed_create_and_kill_9_leave_no_network_behind(bare_server):
     # A graceful stop with no sandbox left removes the server's table too.
     bare_server.stop()
     assert on_host() == (0, 0, 0) and nft_table(tag) is None
+    assert not Path(f"/dev/shm/pandastack-{tag}").exists(), "the RAM scratch dir outlived a graceful stop"
     bare_server.start()

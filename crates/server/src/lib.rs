@@ -372,6 +372,12 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut serve).await;
     dbs.shutdown().await;
     host.shutdown().await;
+    // The RAM scratch dir holds fork captures only while a fork runs; none does now. Removed
+    // only when empty (`remove_dir`), so nothing a late fork wrote is lost.
+    if let Some(scratch) = scratch_dir(&cfg.data_dir) {
+        let _ = std::fs::remove_dir(scratch.join("forks"));
+        let _ = std::fs::remove_dir(scratch);
+    }
     Ok(())
 }
 
