@@ -214,6 +214,7 @@ cleanup() {
     umount "$m" 2>/dev/null || umount -l "$m"
   done
   stop_postgres
+  stop_garage
   echo "cleanup: done"
   print_summary
   if [ ${#FAILED[@]} -gt 0 ] || [ $rc -ne 0 ]; then
@@ -279,6 +280,69 @@ stop_postgres() {
   rm -rf "$dir"
 }
 
+# Garage 2.5.0, a real S3-compatible object store, for the cluster tests' image storage
+# (issue 12): built once with `cargo install` (~8-15 min cold) into $DATA/garage (cached), in
+# the background from the start of the run; its exit code lands in $RUN/garage-install.rc.
+GARAGE=$DATA/garage/bin/garage
+install_garage() {
+  if [ ! -x "$GARAGE" ]; then
+    CARGO_TARGET_DIR=$DATA/garage-build cargo install garage --locked --version 2.5.0 --root "$DATA/garage" || return 1
+    rm -rf "$DATA/garage-build"
+  fi
+}
+
+# A throwaway single-node Garage with one bucket and key (notes/cluster-parts.md) on free
+# ports, in $DATA/garage-run; its settings for the tests land in $RUN/garage.env. Stopped by
+# the cleanup trap.
+start_garage() {
+  local dir=$DATA/garage-run i s3 rpc admin key secret
+  while [ ! -f "$RUN/garage-install.rc" ]; do sleep 2; done
+  [ "$(cat "$RUN/garage-install.rc")" = 0 ] || { cat "$LOGS/garage-install.log"; return 1; }
+  stop_garage
+  mkdir -p "$dir"
+  read -r s3 rpc admin < <(python3 -c 'import socket
+ss=[socket.socket() for _ in range(3)]
+[s.bind(("127.0.0.1", 0)) for s in ss]
+print(*[s.getsockname()[1] for s in ss])')
+  cat >"$dir/garage.toml" <<TOML
+metadata_dir = "$dir/meta"
+data_dir = "$dir/data"
+db_engine = "sqlite"
+replication_factor = 1
+rpc_bind_addr = "127.0.0.1:$rpc"
+rpc_public_addr = "127.0.0.1:$rpc"
+rpc_secret = "$(openssl rand -hex 32)"
+[s3_api]
+s3_region = "garage"
+api_bind_addr = "127.0.0.1:$s3"
+[admin]
+api_bind_addr = "127.0.0.1:$admin"
+TOML
+  key=GK$(openssl rand -hex 12)
+  secret=$(openssl rand -hex 32)
+  GARAGE_DEFAULT_ACCESS_KEY=$key GARAGE_DEFAULT_SECRET_KEY=$secret GARAGE_DEFAULT_BUCKET=pandastack \
+    setsid "$GARAGE" -c "$dir/garage.toml" server --single-node --default-bucket >"$LOGS/garage.log" 2>&1 &
+  echo $! >"$dir/pid"
+  for i in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$admin/health" >/dev/null && break
+    sleep 0.2
+  done
+  curl -sf "http://127.0.0.1:$admin/health" >/dev/null || { tail -20 "$LOGS/garage.log"; return 1; }
+  cat >"$RUN/garage.env" <<ENV
+PANDASTACK_TEST_S3_ENDPOINT=http://127.0.0.1:$s3
+PANDASTACK_TEST_S3_BUCKET=pandastack
+PANDASTACK_TEST_S3_KEY_ID=$key
+PANDASTACK_TEST_S3_SECRET=$secret
+ENV
+  echo "garage: http://127.0.0.1:$s3 (bucket pandastack)"
+}
+
+stop_garage() {
+  local dir=$DATA/garage-run
+  [ -s "$dir/pid" ] && kill -KILL "$(cat "$dir/pid")" 2>/dev/null
+  rm -rf "$dir"
+}
+
 cargo_test() {
   local started=$SECONDS rc p
   # Into a file, not a pipe: a guest daemon a test leaks would hold a pipe open forever.
@@ -303,7 +367,7 @@ make_venv() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || return 1
   "$VENV/bin/pip" install -q --disable-pip-version-check \
     'pandastack==0.10.0' pytest pytest-timeout requests prometheus_client 'mcp==2.3.0' \
-    'schemathesis==4.32.5' 'openapi-spec-validator==0.9.0'
+    'schemathesis==4.32.5' 'openapi-spec-validator==0.9.0' 'boto3==1.40.61'
 }
 
 npm_install() {
@@ -327,9 +391,13 @@ node_tests() {
 }
 
 export -f scoped_pids rooted_pids postgres_pids mounts_under kill_pids start_ts_server stop_ts_server sweep_sandboxes \
-  link_guest_ci_rootfs cargo_test make_venv npm_install pytest_e2e node_tests start_postgres stop_postgres
+  link_guest_ci_rootfs cargo_test make_venv npm_install pytest_e2e node_tests start_postgres stop_postgres \
+  install_garage start_garage stop_garage
+export GARAGE
 
 phase setup 15m bash scripts/setup.sh || exit 1
+# In the background while the other phases run (it only costs time when Garage is not cached).
+(install_garage; echo $? >"$RUN/garage-install.rc") >"$LOGS/garage-install.log" 2>&1 9>&- &
 if phase postgres 2m start_postgres; then
   export PANDASTACK_TEST_POSTGRES_URL
   PANDASTACK_TEST_POSTGRES_URL=$(cat "$RUN/postgres.url")
@@ -361,6 +429,12 @@ phase venv 10m make_venv
 venv_ok=$?
 phase npm 10m npm_install
 npm_ok=$?
+if phase garage 30m start_garage; then
+  set -a
+  # shellcheck disable=SC1091
+  . "$RUN/garage.env"
+  set +a
+fi
 if [ $baked -eq 0 ] && [ $venv_ok -eq 0 ]; then
   phase e2e-python 40m pytest_e2e
   # A timed-out pytest leaves its server holding the data dir the next phase needs.

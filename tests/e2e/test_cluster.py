@@ -1,6 +1,8 @@
 """Several hosts, one control plane (issue 12): two `pandastack server` processes on this
 machine ("a" and "b": separate data dirs, ports and sandbox networks) share one PostgreSQL
-database of the test cluster scripts/test.sh starts ($PANDASTACK_TEST_POSTGRES_URL). Each test
+database of the test cluster scripts/test.sh starts ($PANDASTACK_TEST_POSTGRES_URL) and one
+bucket of the Garage (a real S3 server) it starts ($PANDASTACK_TEST_S3_*) as their object
+store for snapshot, hibernation and fork images. Each test
 drives them through the published Python SDK (or raw HTTP for what the SDK has no call for:
 the placement hint, `GET /v1/hosts`).
 
@@ -29,7 +31,17 @@ if not PG_URL:
     pytest.fail("PANDASTACK_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL and sets it)",
                 pytrace=False)
 
-HOST_ARGS = ["--pool-size", "0", "--restore-targets", "0", "--idle-hibernate-seconds", "3600"]
+S3 = {k: os.environ.get(f"PANDASTACK_TEST_S3_{k}", "") for k in ("ENDPOINT", "BUCKET", "KEY_ID", "SECRET")}
+if not all(S3.values()):
+    # Never skipped: scripts/test.sh starts a Garage and sets these.
+    pytest.fail("PANDASTACK_TEST_S3_ENDPOINT/BUCKET/KEY_ID/SECRET are not set (scripts/test.sh starts Garage)",
+                pytrace=False)
+# The hosts read their S3 settings from the standard AWS variables (they inherit this env).
+os.environ.update({"AWS_ENDPOINT_URL": S3["ENDPOINT"], "AWS_REGION": "garage", "AWS_ALLOW_HTTP": "true",
+                   "AWS_ACCESS_KEY_ID": S3["KEY_ID"], "AWS_SECRET_ACCESS_KEY": S3["SECRET"]})
+
+HOST_ARGS = ["--pool-size", "0", "--restore-targets", "0", "--idle-hibernate-seconds", "3600",
+             "--object-store", f"s3://{S3['BUCKET']}"]
 
 
 def _psql(sql: str) -> None:
@@ -85,6 +97,15 @@ class Cluster:
         assert r.status_code == 201, f"HTTP {r.status_code}: {r.text[:300]}"
         assert r.json()["host"] == host, r.json()
         return r.json()["id"]
+
+    def objects(self, prefix: str) -> list[str]:
+        """Keys under `prefix` in the cluster's bucket (read with boto3, another S3 client)."""
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=S3["ENDPOINT"], region_name="garage",
+                          aws_access_key_id=S3["KEY_ID"], aws_secret_access_key=S3["SECRET"])
+        out = s3.list_objects_v2(Bucket=S3["BUCKET"], Prefix=prefix)
+        return [o["Key"] for o in out.get("Contents", [])]
 
     def containers(self, host: SecondServer) -> list[str]:
         out = subprocess.run(["runsc", f"--root={host.data_dir / 'runsc'}", "list", "-quiet"],
@@ -339,3 +360,75 @@ def test_a_database_lives_on_its_host_and_is_served_through_any(clean):
     assert clean.call(clean.a, "DELETE", f"/v1/databases/{db_id}").status_code in (200, 202, 204)
     wait_until(lambda: clean.call(clean.b, "GET", f"/v1/databases/{db_id}").status_code == 404,
                timeout=60, what="the database to be gone on b")
+
+
+def test_a_snapshot_taken_on_a_restores_on_b_and_its_delete_removes_its_objects(clean):
+    """Issue 12 point 6: the snapshot is uploaded in the background (its JSON says when), a
+    restore on b fetches it and the kernel state came along; deleting it deletes its objects."""
+    client = clean.client(clean.a)
+    sid = clean.create_on(clean.a, "a", template="code-interpreter")
+    sb = client.sandboxes.get(sid)
+    sb.create_code_context().run_code("secret = 'taken on a'")
+    snap = sb.snapshot()
+    wait_until(lambda: clean.call(clean.b, "GET", f"/v1/snapshots/{snap}").json()["uploaded"],
+               timeout=120, interval=0.5, what="the snapshot to be uploaded")
+    keys = clean.objects(f"snapshots/{snap}/")
+    assert f"snapshots/{snap}/manifest.json" in keys and f"snapshots/{snap}/pages.img" in keys, keys
+    r = clean.call(clean.a, "POST", "/v1/sandboxes", json={"from_snapshot": snap, "host": "b"})
+    assert r.status_code == 201, r.text
+    restored = client.sandboxes.get(r.json()["id"])
+    assert r.json()["host"] == "b"
+    assert restored.create_code_context().run_code("secret").text == "'taken on a'"
+    r = clean.call(clean.b, "DELETE", f"/v1/snapshots/{snap}")
+    assert r.status_code == 204, r.text
+    wait_until(lambda: not clean.objects(f"snapshots/{snap}/"), timeout=30, what="the snapshot's objects to go")
+    assert not (clean.a.data_dir / "snapshots" / snap).exists()
+
+
+def test_a_sandbox_hibernated_on_a_wakes_on_b_after_a_is_killed(clean):
+    """Issue 12 point 7: a's hibernated sandbox, its image uploaded, survives a kill -9 of a:
+    once a is seen down, a request through b takes it over and wakes it there."""
+    sid = clean.create_on(clean.a, "a", template="code-interpreter")
+    # A context opened through b (relayed to a while a lives) is used again after a's death.
+    ctx = clean.client(clean.b).sandboxes.get(sid).create_code_context()
+    ctx.run_code("kept = sum(range(10))")
+    r = clean.call(clean.a, "POST", f"/v1/sandboxes/{sid}/hibernate")
+    assert r.status_code in (200, 202, 204), r.text
+    wait_until(lambda: any(k.endswith("/manifest.json") for k in clean.objects(f"hibernate/{sid}/")),
+               timeout=120, interval=0.5, what="the hibernation image to be uploaded")
+    clean.a.proc.send_signal(signal.SIGKILL)
+    clean.a.proc.wait(timeout=30)
+
+    def a_down():
+        return {h["name"]: h["state"] for h in clean.call(clean.b, "GET", "/v1/hosts").json()}["a"] == "down"
+
+    wait_until(a_down, timeout=40, what="a to be down")
+    assert ctx.run_code("kept").text == "45"
+    row = clean.call(clean.b, "GET", f"/v1/sandboxes/{sid}").json()
+    assert row["host"] == "b" and row["status"] == "running", row
+    wait_until(lambda: not clean.objects(f"hibernate/{sid}/"), timeout=30, what="the used image's objects to go")
+    # a's restart collects its copy of the image: the sandbox is b's now.
+    clean.a.start()
+    assert not (clean.a.data_dir / "hibernate" / sid).exists()
+    assert clean.call(clean.a, "GET", f"/v1/sandboxes/{sid}").json()["host"] == "b"
+
+
+def test_a_fork_with_the_host_hint_runs_on_the_other_host_with_the_parents_state(clean):
+    """Issue 12 point 4: a fork placed on another host is captured on the parent's host,
+    goes through the object store, and is restored there."""
+    client = clean.client(clean.b)
+    sid = clean.create_on(clean.b, "a", template="code-interpreter")
+    parent = client.sandboxes.get(sid)
+    parent.create_code_context().run_code("state = 'of the parent'")
+    r = clean.call(clean.b, "POST", f"/v1/sandboxes/{sid}/fork", json={"host": "b"})
+    assert r.status_code == 201, r.text
+    child = r.json()
+    assert child["host"] == "b" and child["metadata"]["parent_id"] == sid, child
+    got = client.sandboxes.get(child["id"]).create_code_context().run_code("state")
+    assert got.text == "'of the parent'"
+    # The parent runs on, and the transfer's objects are gone.
+    assert parent.exec("true").exit_code == 0
+    tree = child["metadata"]["fork_tree_id"]
+    wait_until(lambda: not clean.objects(f"forks/{tree}/"), timeout=30, what="the fork image's objects to go")
+    r = clean.call(clean.b, "POST", f"/v1/sandboxes/{sid}/fork", json={"host": "nowhere"})
+    assert r.status_code == 400 and "host" in r.text, r.text

@@ -16,6 +16,11 @@ pub struct ForkRequest {
     /// holding one cannot be forked: 409).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volumes: Option<crate::ForkVolumes>,
+    /// Placement hint (issue 12): the host the child runs on. Another host than the parent's
+    /// gets the child through object storage (the capture is uploaded and restored there).
+    /// REST only; 400 for an unknown host, 503 when it is down, draining or full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/fork-tree` body.

@@ -28,6 +28,11 @@ pub struct Snapshot {
     /// restore attaches them again (issue 9).
     #[serde(default)]
     pub volumes: Vec<crate::SandboxVolume>,
+    /// Whether the image is in the cluster's object storage (issue 12 point 6), so that any
+    /// host can restore it: false without `--object-store`, and until the background upload
+    /// after the capture completes (it is retried until it does).
+    #[serde(default)]
+    pub uploaded: bool,
 }
 
 /// `GET /v1/snapshots[?sandbox_id=]` and `GET /v1/sandboxes/{id}/snapshots`: the envelope both

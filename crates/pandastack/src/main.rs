@@ -51,6 +51,13 @@ struct ServerArgs {
     /// hosts sharing one database; default: SQLite in the data dir.
     #[arg(long, env = "PANDASTACK_STORE")]
     store: Option<String>,
+    /// Object storage for snapshot and hibernation images, so any host of a cluster restores
+    /// them (issue 12): `s3://BUCKET` (endpoint, region and keys from `AWS_ENDPOINT_URL`,
+    /// `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`; `AWS_ALLOW_HTTP=true` for
+    /// plain HTTP) or `file:///DIR` (a directory every host mounts); default: images stay on
+    /// the host that took them.
+    #[arg(long, env = "PANDASTACK_OBJECT_STORE")]
+    object_store: Option<String>,
     /// This host's name in a cluster (issue 12); default: the machine's hostname.
     #[arg(long, env = "PANDASTACK_HOST_NAME")]
     host_name: Option<String>,
@@ -313,6 +320,7 @@ fn main() -> Result<()> {
                 listen: a.listen,
                 data_dir: a.data_dir,
                 store: a.store,
+                object_store: a.object_store,
                 host_name: a.host_name,
                 advertise_url: a.advertise_url,
                 // An env var only: a secret must not show in `ps`.

@@ -278,6 +278,7 @@ impl Sandbox {
             .json(&api::ForkRequest {
                 metadata,
                 volumes: None,
+                host: None,
             })?
             .deadline(Deadline::After(SLOW_TIMEOUT))
             .capacity();

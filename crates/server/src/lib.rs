@@ -19,6 +19,7 @@ pub mod extract;
 pub mod guest;
 pub mod host;
 pub mod metrics;
+pub mod objects;
 pub mod previews;
 pub mod ratelimit;
 pub mod relay;
@@ -142,6 +143,10 @@ pub struct ServerConfig {
     pub databases: databases::DatabaseSettings,
     /// Volume quotas (issue 9).
     pub volume_limits: host::VolumeLimits,
+    /// `--object-store` / `PANDASTACK_OBJECT_STORE`: `s3://BUCKET` or `file:///DIR` for
+    /// snapshot and hibernation images shared by the hosts (issue 12 point 6); `None`: images
+    /// stay on the host that took them.
+    pub object_store: Option<String>,
 }
 
 /// Disk settings of `pandastack server` (issue 8; README "Limits").
@@ -314,6 +319,12 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             host_name: cluster_cfg.host_name.clone(),
             cluster: cluster_cfg.shared,
             volume_limits: cfg.volume_limits.clone(),
+            objects: cfg
+                .object_store
+                .as_deref()
+                .map(objects::Objects::open)
+                .transpose()
+                .map_err(|e| StartError::Config(e.to_string()))?,
         },
     );
     let cluster = cluster::Cluster::new(cluster_cfg, host.store.clone());

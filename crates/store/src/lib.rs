@@ -15,6 +15,7 @@
 
 mod cluster;
 mod databases;
+pub mod images;
 mod migrations;
 mod operations;
 mod rows;
@@ -25,6 +26,7 @@ mod volumes;
 mod workspaces;
 
 pub use cluster::HostRow;
+pub use images::ImageRow;
 pub use rows::*;
 
 use sqlx::any::{AnyPoolOptions, AnyRow};

@@ -203,6 +203,22 @@ const SQLITE: &[&str] = &[
     ALTER TABLE databases ADD COLUMN host TEXT NOT NULL DEFAULT '';
     ALTER TABLE template_builds ADD COLUMN host TEXT NOT NULL DEFAULT '';
     "#,
+    // 10: images in object storage (issue 12 point 6): one row per snapshot or hibernation
+    // image a host took, with where it was taken, what it needs, and whether it is uploaded.
+    r#"
+    CREATE TABLE images (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        dir TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        uploaded_at BIGINT,
+        attempts BIGINT NOT NULL DEFAULT 0,
+        error TEXT
+    );
+    "#,
 ];
 
 /// PostgreSQL schema history (table `pandastack_schema` = how many have run). The same tables
@@ -391,6 +407,21 @@ const POSTGRES: &[&str] = &[
     ALTER TABLE databases ADD COLUMN host TEXT NOT NULL DEFAULT '';
     ALTER TABLE template_builds ADD COLUMN host TEXT NOT NULL DEFAULT '';
     "#,
+    // 4: as SQLite 10 (images in object storage).
+    r#"
+    CREATE TABLE images (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        dir TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        uploaded_at BIGINT,
+        attempts BIGINT NOT NULL DEFAULT 0,
+        error TEXT
+    );
+    "#,
 ];
 
 /// Key of the PostgreSQL advisory lock held while migrating ("pandasta" in ASCII).
@@ -474,6 +505,7 @@ mod tests {
                 "settings",
                 "operations",
                 "volumes",
+                "images",
             ] {
                 sqlx::query(&format!("SELECT COUNT(*) FROM {t}"))
                     .fetch_one(s.pool())

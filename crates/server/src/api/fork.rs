@@ -6,16 +6,22 @@ use super::sandbox_json;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{sandbox_id, JsonBody, RequiredJson};
+use crate::host::{ForkTransfer, Live};
 use crate::AppState;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pandastack_api::{ForkRequest, ForkTreeRequest, PromoteRequest, Promotion, Sandbox};
+use pandastack_store::HostRow;
+use std::sync::Arc;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
+        // Host to host only (node token), so not in the OpenAPI document.
+        .route(TRANSFER_PATH, axum::routing::post(restore_transfer))
         .routes(routes!(fork))
         .routes(routes!(fork_tree))
         .routes(routes!(promote))
@@ -35,24 +41,156 @@ pub fn router() -> OpenApiRouter<AppState> {
 async fn fork(
     State(st): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<ForkRequest>,
-) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+) -> Result<Response, ApiError> {
     crate::extract::metadata(b.metadata.as_ref())?;
     let live = st
         .host
         .get_awake(&caller.workspace_id, &sandbox_id(&id)?)
         .await?;
     let t = std::time::Instant::now();
-    let host = st.host.clone();
     let metadata = b.metadata.unwrap_or_default();
+    if let Some(target) = hinted_host(&st, b.host.as_deref()).await? {
+        return fork_elsewhere(&st, &headers, live, metadata, target).await;
+    }
+    let host = st.host.clone();
     let detach = b.volumes == Some(pandastack_api::ForkVolumes::Detach);
-    let mut children =
-        super::detached(async move { host.fork(&live, 1, metadata, detach).await }).await?;
+    let (parent, md) = (live.clone(), metadata.clone());
+    let forked = super::detached(async move { host.fork(&parent, 1, md, detach).await }).await;
+    let mut children = match forked {
+        // Seed 000 / issue 12 point 4: the parent's host is full, so the child goes to
+        // another host through object storage.
+        Err(ApiError::Busy {
+            message,
+            retry_after_s,
+        }) if b.host.is_none() && st.cluster.cfg.shared && st.host.objects().is_some() => {
+            match roomy_host(&st, &live).await? {
+                Some(target) => return fork_elsewhere(&st, &headers, live, metadata, target).await,
+                None => {
+                    return Err(ApiError::Busy {
+                        message,
+                        retry_after_s,
+                    })
+                }
+            }
+        }
+        other => other?,
+    };
     crate::metrics::observe("fork", t);
     let child = children
         .pop()
         .ok_or_else(|| ApiError::internal("fork", "no child"))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(sandbox_json(&child.snapshot_row().await)),
+    )
+        .into_response())
+}
+
+/// The internal path of the second half of a fork onto another host (under `/v1`).
+const TRANSFER_PATH: &str = "/internal/fork-transfers";
+
+/// The host a fork's `host` hint names when it is not this one.
+///
+/// # Errors
+/// 400 for a host the cluster does not know (or any other name on a single host); 503 when
+/// it is down or draining.
+async fn hinted_host(st: &AppState, hint: Option<&str>) -> Result<Option<HostRow>, ApiError> {
+    let Some(name) = hint.filter(|h| *h != st.cluster.cfg.host_name) else {
+        return Ok(None);
+    };
+    if !st.cluster.cfg.shared {
+        return Err(ApiError::BadRequest(format!(
+            "host: no host named '{name}' (this server is the only host)"
+        )));
+    }
+    let hosts = st.cluster.hosts().await?;
+    let h = hosts
+        .into_iter()
+        .find(|h| h.name == name)
+        .ok_or_else(|| ApiError::BadRequest(format!("host: no host named '{name}'")))?;
+    if crate::cluster::is_down(&h) || h.state != "active" {
+        return Err(ApiError::Busy {
+            message: format!("host {name} is down or draining; retry later"),
+            retry_after_s: crate::host::RETRY_AFTER_S,
+        });
+    }
+    Ok(Some(h))
+}
+
+/// Another host with room for a child of `parent` (the scheduler's choice), if any.
+async fn roomy_host(st: &AppState, parent: &Live) -> Result<Option<HostRow>, ApiError> {
+    use crate::cluster::place::{place, Need, Placement};
+    let (template, memory_mb) = {
+        let r = parent.row.lock().await;
+        (r.template.clone(), r.memory_mb)
+    };
+    let need = Need {
+        template: &template,
+        memory_mb,
+        hint: None,
+        image_host: None,
+        prefer: None,
+    };
+    Ok(match place(&st.cluster, &st.host, &need).await {
+        Ok(Placement::There(h)) => Some(h),
+        _ => None,
+    })
+}
+
+/// A fork whose child runs on `target` (issue 12 point 4): captured and uploaded here,
+/// restored there ([`restore_transfer`]), whose answer (the child, 201) is the reply.
+async fn fork_elsewhere(
+    st: &AppState,
+    headers: &HeaderMap,
+    parent: Arc<Live>,
+    metadata: std::collections::BTreeMap<String, String>,
+    target: HostRow,
+) -> Result<Response, ApiError> {
+    let t = std::time::Instant::now();
+    let host = st.host.clone();
+    let transfer =
+        super::detached(async move { host.fork_for_transfer(&parent, metadata).await }).await?;
+    let tree_id = transfer.base.id.clone();
+    let body = serde_json::to_vec(&transfer).map_err(|e| ApiError::internal("fork body", e))?;
+    let mut req = axum::http::Request::builder()
+        .method(axum::http::Method::POST)
+        .uri(format!("/v1{TRANSFER_PATH}"))
+        .header(axum::http::header::CONTENT_TYPE, "application/json")
+        .body(axum::body::Body::from(body))
+        .map_err(|e| ApiError::internal("fork request", e))?;
+    if let Some(auth) = headers.get(axum::http::header::AUTHORIZATION) {
+        req.headers_mut()
+            .insert(axum::http::header::AUTHORIZATION, auth.clone());
+    }
+    let resp = crate::cluster::forward::to_host(&st.cluster, &target, req, ()).await;
+    // The child (if any) is restored once the answer's head is here: its image goes.
+    let host = st.host.clone();
+    tokio::spawn(async move { host.end_transfer(&tree_id).await });
+    crate::metrics::observe("fork_cross_host", t);
+    resp
+}
+
+/// Host to host: restores the fork image a parent's host uploaded into a child here.
+async fn restore_transfer(
+    State(st): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    RequiredJson(t): RequiredJson<ForkTransfer>,
+) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+    if !st.cluster.is_node(&headers) {
+        return Err(ApiError::Forbidden("host-to-host route".into()));
+    }
+    if t.base.workspace_id != caller.workspace_id {
+        return Err(ApiError::NotFound(format!(
+            "sandbox {} not found",
+            t.base.sandbox_id
+        )));
+    }
+    let host = st.host.clone();
+    let child = super::detached(async move { host.restore_transfer(t).await }).await?;
     Ok((
         StatusCode::CREATED,
         Json(sandbox_json(&child.snapshot_row().await)),

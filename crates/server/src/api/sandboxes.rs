@@ -270,14 +270,21 @@ async fn place_elsewhere(
             .map(|t| t.memory_mb)
             .unwrap_or(0),
     };
+    // An image in the object store can be restored on any host (issue 12 point 6), best on
+    // the one that has it on disk; else only there.
+    let uploaded = match &snapshot {
+        Some(s) => st.host.uploaded(&s.id).await,
+        None => false,
+    };
+    let snapshot_host = snapshot.as_ref().map(|s| s.host.as_str());
     let need = Need {
         template: snapshot.as_ref().map_or(template, |s| s.template.as_str()),
         memory_mb,
         hint: req.host.as_deref(),
-        image_host: snapshot
-            .as_ref()
-            .map(|s| s.host.as_str())
+        image_host: snapshot_host
+            .filter(|_| !uploaded)
             .or(volume_host.as_deref()),
+        prefer: snapshot_host.filter(|_| uploaded),
     };
     if let (Some(snap), Some(vol)) = (&snapshot, &volume_host) {
         if &snap.host != vol {

@@ -25,8 +25,9 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_one, delete))
 }
 
-/// The wire form: the documented keys plus `snapshot_id` (Py's fallback key).
-pub fn wire(s: &SnapshotRow) -> Snapshot {
+/// The wire form: the documented keys plus `snapshot_id` (Py's fallback key) and whether the
+/// image is uploaded (`uploaded`, issue 12).
+pub fn wire(s: &SnapshotRow, uploaded: bool) -> Snapshot {
     // Rows made before kernels were recorded hold `null`.
     let kernels: Vec<KernelInfo> = serde_json::from_value(s.kernels.clone()).unwrap_or_default();
     Snapshot {
@@ -39,13 +40,16 @@ pub fn wire(s: &SnapshotRow) -> Snapshot {
         created_at: rfc3339(s.created_at),
         kernels,
         volumes: crate::host::volumes::sandbox_volumes(&s.volumes),
+        uploaded,
     }
 }
 
-fn list_of(rows: &[SnapshotRow]) -> SnapshotList {
-    SnapshotList {
-        snapshots: rows.iter().map(wire).collect(),
+async fn list_of(host: &crate::host::Host, rows: &[SnapshotRow]) -> SnapshotList {
+    let mut snapshots = Vec::with_capacity(rows.len());
+    for r in rows {
+        snapshots.push(wire(r, host.uploaded(&r.id).await));
     }
+    SnapshotList { snapshots }
 }
 
 /// Capture the sandbox (memory, processes, files) into a snapshot that outlives it (seed 000
@@ -71,7 +75,7 @@ async fn create(
     let host = st.host.clone();
     let snap = super::detached(async move { host.snapshot(&live).await }).await?;
     crate::metrics::observe("snapshot", t);
-    Ok((StatusCode::CREATED, Json(wire(&snap))))
+    Ok((StatusCode::CREATED, Json(wire(&snap, false))))
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,7 +102,7 @@ async fn list(
         .store
         .list_snapshots(&caller.workspace_id, q.sandbox_id.as_deref())
         .await?;
-    Ok(Json(list_of(&rows)))
+    Ok(Json(list_of(&st.host, &rows).await))
 }
 
 /// One sandbox's snapshots.
@@ -132,7 +136,7 @@ async fn list_for_sandbox(
         .store
         .list_snapshots(&caller.workspace_id, Some(&id))
         .await?;
-    Ok(Json(list_of(&rows)))
+    Ok(Json(list_of(&st.host, &rows).await))
 }
 
 /// One snapshot.
@@ -155,7 +159,8 @@ async fn get_one(
         .snapshot(&caller.workspace_id, &snap)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("snapshot {snap} not found")))?;
-    Ok(Json(wire(&row)))
+    let uploaded = st.host.uploaded(&row.id).await;
+    Ok(Json(wire(&row, uploaded)))
 }
 
 /// Delete a snapshot and its image.

@@ -44,6 +44,24 @@ pub async fn route(State(st): State<AppState>, req: Request, next: Next) -> Resp
                 (Err(e), _) => e.into_response(),
             }
         }
+        // Issue 12 point 7: a hibernated sandbox of a host that is down is taken over here
+        // (when its image is in the object store), then served as this host's own. Looking
+        // at it (`GET` of the sandbox) or deleting it needs no wake.
+        Some(h) if h.name != cluster.cfg.host_name && st.host.objects().is_some() => {
+            let id = segment_after(&path, "/v1/sandboxes/");
+            let wakes = id.is_some_and(|id| {
+                method != Method::DELETE
+                    && !(method == Method::GET && path.trim_end_matches('/').ends_with(id))
+            });
+            if let (true, Some(id)) = (wakes, id) {
+                if let Ok(caller) = crate::auth::from_headers(&st.host.store, req.headers()).await {
+                    if let Err(e) = st.host.adopt_hibernated(&caller.workspace_id, id).await {
+                        return e.into_response();
+                    }
+                }
+            }
+            next.run(req).await
+        }
         _ => next.run(req).await,
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! - A placement hint (`"host": NAME` in the create body, REST only) wins; the host must exist
 //!   (else 400 naming the field) and be up, active and have room (else 503).
-//! - A create `from_snapshot` goes to the host whose disk holds the image (images are not in
-//!   object storage yet); 503 when that host is down.
+//! - A create `from_snapshot` of an image not in object storage goes to the host whose disk
+//!   holds it; 503 when that host is down. One in object storage (issue 12 point 6) goes
+//!   anywhere, preferring the host that holds it on disk (no fetch).
 //! - Otherwise: the least-loaded active host that has the template and room (committed memory
 //!   against its budget, sandbox count against its limit), counting the creates this host has
 //!   sent and not seen answered, preferring a host with a warm-pool instance of the template;
@@ -35,8 +36,10 @@ pub struct Need<'a> {
     pub memory_mb: u32,
     /// The placement hint of the body (`host`).
     pub hint: Option<&'a str>,
-    /// The host holding the snapshot image of a `from_snapshot` create.
+    /// The host holding the snapshot image of a `from_snapshot` create (which must serve it).
     pub image_host: Option<&'a str>,
+    /// A host that serves the create best (it has the image on disk), if it has room.
+    pub prefer: Option<&'a str>,
 }
 
 /// Picks the host of a create (see the module doc).
@@ -98,9 +101,12 @@ pub async fn place(
             continue;
         };
         let pending = if here { 0 } else { cluster.in_flight(&h.name) };
-        let Some(score) = score(&load, pending, need) else {
+        let Some(mut score) = score(&load, pending, need) else {
             continue;
         };
+        if need.prefer == Some(h.name.as_str()) {
+            score -= 0.5;
+        }
         // Ties go to this host (no hop).
         let better = match best {
             None => true,
@@ -166,6 +172,7 @@ mod tests {
             memory_mb: 1024,
             hint: None,
             image_host: None,
+            prefer: None,
         }
     }
 

@@ -11,6 +11,25 @@ use pandastack_store::{now_ms, SnapshotRow};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// A fork image on its way to another host (issue 12 point 4): what the host that restores
+/// it needs, sent host to host as JSON.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ForkTransfer {
+    /// The capture (its `rootfs`, `guest_dir` and `image_dir` are the parent host's).
+    pub base: SnapshotRow,
+    /// The template build and guest daemon it needs.
+    pub origin: super::images::Origin,
+    /// Its object-store prefix.
+    pub prefix: String,
+    /// The child's metadata (with `parent_id` and `fork_tree_id`).
+    pub metadata: BTreeMap<String, String>,
+    pub ttl_seconds: i64,
+    pub envs: BTreeMap<String, String>,
+    pub network: Option<pandastack_engine::NetworkPolicy>,
+    /// MiB.
+    pub disk_mb: u32,
+}
+
 /// Largest `count` of one fork_tree.
 pub const MAX_FORK_COUNT: usize = 16;
 
@@ -58,59 +77,9 @@ impl Host {
         let inherited: Vec<_> = held.into_iter().filter(|v| v.read_only).collect();
         let tree_id = format!("tree-{}", uuid::Uuid::new_v4().simple());
         let image = self.fork_image_dir(parent, &tree_id).await;
-        // Crash-safe (operations.rs): a fork interrupted by a crash is undone whole.
-        self.begin_operation(
-            operations::FORK,
-            &tree_id,
-            &parent.id,
-            &image,
-            serde_json::Value::Null,
-        )
-        .await?;
-        let (base, spec) = {
-            let _gate = parent.gate.write().await;
-            // The parent stops answering for the checkpoint only (--leave-running).
-            let paused = std::time::Instant::now();
-            if let Err(e) = self.capture(parent, &image, true).await {
-                self.abandon_operation(&tree_id, &image).await;
-                return Err(e);
-            }
-            crate::metrics::observe("fork_pause", paused);
-            let r = parent.snapshot_row().await;
-            let base = SnapshotRow {
-                id: tree_id.clone(),
-                workspace_id: r.workspace_id.clone(),
-                sandbox_id: r.id.clone(),
-                template: r.template.clone(),
-                template_generation: r.template_generation,
-                cpu: r.cpu,
-                memory_mb: r.memory_mb,
-                rootfs: r.rootfs.clone(),
-                guest_dir: r.guest_dir.clone(),
-                image_dir: image.display().to_string(),
-                size_bytes: 0,
-                kernels: serde_json::Value::Null,
-                created_at: now_ms(),
-                disk_mb: r.disk_mb,
-                host: self.cfg.host_name.clone(),
-                volumes: inherited.clone(),
-            };
-            let mut md = metadata;
-            md.insert("parent_id".into(), r.id.clone());
-            md.insert("fork_tree_id".into(), tree_id.clone());
-            let spec = CreateSpec {
-                workspace_id: r.workspace_id.clone(),
-                template: r.template.clone(),
-                ttl_seconds: r.ttl_seconds,
-                persistent: false,
-                metadata: md,
-                envs: r.envs.clone(),
-                network: super::network::policy_of(&r),
-                disk_mb: r.disk_mb.unwrap_or(self.cfg.default_disk_mb),
-                volumes: inherited,
-            };
-            (base, spec)
-        };
+        let (base, spec) = self
+            .capture_fork(parent, &tree_id, &image, metadata, inherited)
+            .await?;
         parent.touch().await;
         let results = futures::future::join_all(
             (0..count).map(|_| self.create_from_image(&spec, &base, &image, "fork")),
@@ -134,6 +103,193 @@ impl Host {
         }
         self.end_operation(&tree_id).await;
         Ok(children)
+    }
+
+    /// Records the fork operation of `tree_id` and captures `parent` into `image` (it stops
+    /// answering for the checkpoint only, `--leave-running`). Returns the image's description
+    /// and the spec of its children (metadata plus `parent_id` and `fork_tree_id`).
+    ///
+    /// # Errors
+    /// 409 unless the parent is running; 500 when the checkpoint fails (the operation is
+    /// abandoned, nothing is left).
+    async fn capture_fork(
+        &self,
+        parent: &Arc<Live>,
+        tree_id: &str,
+        image: &std::path::Path,
+        metadata: BTreeMap<String, String>,
+        inherited: Vec<pandastack_store::SandboxVolume>,
+    ) -> Result<(SnapshotRow, CreateSpec), ApiError> {
+        // Crash-safe (operations.rs): a fork interrupted by a crash is undone whole.
+        self.begin_operation(
+            operations::FORK,
+            tree_id,
+            &parent.id,
+            image,
+            serde_json::Value::Null,
+        )
+        .await?;
+        let _gate = parent.gate.write().await;
+        let paused = std::time::Instant::now();
+        if let Err(e) = self.capture(parent, image, true).await {
+            self.abandon_operation(tree_id, image).await;
+            return Err(e);
+        }
+        crate::metrics::observe("fork_pause", paused);
+        let r = parent.snapshot_row().await;
+        let base = SnapshotRow {
+            id: tree_id.to_string(),
+            workspace_id: r.workspace_id.clone(),
+            sandbox_id: r.id.clone(),
+            template: r.template.clone(),
+            template_generation: r.template_generation,
+            cpu: r.cpu,
+            memory_mb: r.memory_mb,
+            rootfs: r.rootfs.clone(),
+            guest_dir: r.guest_dir.clone(),
+            image_dir: image.display().to_string(),
+            size_bytes: 0,
+            kernels: serde_json::Value::Null,
+            created_at: now_ms(),
+            disk_mb: r.disk_mb,
+            host: self.cfg.host_name.clone(),
+            volumes: inherited.clone(),
+        };
+        let mut md = metadata;
+        md.insert("parent_id".into(), r.id.clone());
+        md.insert("fork_tree_id".into(), tree_id.to_string());
+        let spec = CreateSpec {
+            workspace_id: r.workspace_id.clone(),
+            template: r.template.clone(),
+            ttl_seconds: r.ttl_seconds,
+            persistent: false,
+            metadata: md,
+            envs: r.envs.clone(),
+            network: super::network::policy_of(&r),
+            disk_mb: r.disk_mb.unwrap_or(self.cfg.default_disk_mb),
+            volumes: inherited,
+        };
+        Ok((base, spec))
+    }
+
+    /// The first half of a fork onto another host (issue 12 point 4: the parent's host is
+    /// full, or the `host` hint names another): captures `parent` here and uploads the image
+    /// to the object store. The caller sends the returned [`ForkTransfer`] to the other host
+    /// ([`Host::restore_transfer`]) and then calls [`Host::end_transfer`].
+    ///
+    /// # Errors
+    /// 409 without an object store, unless the parent is running, or when it holds volumes
+    /// (they are on this host); 500 when the capture fails; 502 when the upload fails.
+    pub async fn fork_for_transfer(
+        &self,
+        parent: &Arc<Live>,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<ForkTransfer, ApiError> {
+        let objects = self.objects().cloned().ok_or_else(|| {
+            ApiError::Conflict("a fork onto another host needs --object-store".into())
+        })?;
+        let (memory_mb, holds_volumes) = {
+            let r = parent.row.lock().await;
+            (r.memory_mb, !r.volumes.is_empty())
+        };
+        if holds_volumes {
+            return Err(ApiError::Conflict(format!(
+                "sandbox {} holds volumes, which are on this host: its forks stay here",
+                parent.id
+            )));
+        }
+        self.check_disk_reserve("fork", u64::from(memory_mb) << 20)?;
+        let tree_id = format!("tree-{}", uuid::Uuid::new_v4().simple());
+        let image = self.fork_image_dir(parent, &tree_id).await;
+        let (base, spec) = self
+            .capture_fork(parent, &tree_id, &image, metadata, Vec::new())
+            .await?;
+        parent.touch().await;
+        let prefix = crate::objects::fork_prefix(&tree_id);
+        let uploaded = async {
+            let origin = self.origin_of(&base.rootfs, &base.guest_dir).await?;
+            let started = std::time::Instant::now();
+            objects
+                .upload_dir(&prefix, &image)
+                .await
+                .map_err(|e| ApiError::BadGateway(format!("uploading the fork image: {e}")))?;
+            crate::metrics::observe("fork_upload", started);
+            Ok::<_, ApiError>(origin)
+        }
+        .await;
+        let _ = std::fs::remove_dir_all(&image);
+        match uploaded {
+            Ok(origin) => Ok(ForkTransfer {
+                base,
+                origin,
+                prefix,
+                metadata: spec.metadata,
+                ttl_seconds: spec.ttl_seconds,
+                envs: spec.envs,
+                network: spec.network,
+                disk_mb: spec.disk_mb,
+            }),
+            Err(e) => {
+                self.end_transfer(&tree_id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends the transfer of fork tree `tree_id`: its objects are deleted (the child, if any,
+    /// has been restored from them) and its operation closed.
+    pub async fn end_transfer(&self, tree_id: &str) {
+        if let Some(objects) = self.objects() {
+            if let Err(e) = objects
+                .delete_prefix(&crate::objects::fork_prefix(tree_id))
+                .await
+            {
+                tracing::warn!(tree_id, error = %e, "deleting a fork image's objects");
+            }
+        }
+        self.end_operation(tree_id).await;
+    }
+
+    /// The second half of a fork onto another host: fetches the transferred image and
+    /// restores it into a child on this host.
+    ///
+    /// # Errors
+    /// Capacity errors as [`Host::create`]; 409 when this host lacks the parent's template
+    /// build; 502 when the fetch fails; 500 when the restore fails.
+    pub async fn restore_transfer(&self, t: ForkTransfer) -> Result<Arc<Live>, ApiError> {
+        let _admitted = self
+            .admit(&t.base.workspace_id, t.base.memory_mb, 1, true)
+            .await?;
+        let objects = self
+            .objects()
+            .ok_or_else(|| ApiError::Conflict("this host has no object store".into()))?;
+        let (rootfs, guest_dir) = self.local_dirs(&t.origin).await?;
+        let image = crate::objects::cache_dir(&self.cfg.data_dir).join(&t.base.id);
+        objects
+            .fetch_dir(&t.prefix, &image)
+            .await
+            .map_err(|e| ApiError::BadGateway(format!("fetching the fork image: {e}")))?;
+        let base = SnapshotRow {
+            rootfs,
+            guest_dir,
+            image_dir: image.display().to_string(),
+            host: self.cfg.host_name.clone(),
+            ..t.base
+        };
+        let spec = CreateSpec {
+            workspace_id: base.workspace_id.clone(),
+            template: base.template.clone(),
+            ttl_seconds: t.ttl_seconds,
+            persistent: false,
+            metadata: t.metadata,
+            envs: t.envs,
+            network: t.network,
+            disk_mb: t.disk_mb,
+            volumes: Vec::new(),
+        };
+        let child = self.create_from_image(&spec, &base, &image, "fork").await;
+        let _ = std::fs::remove_dir_all(&image);
+        child
     }
 
     /// Where a fork's transient capture goes: the RAM-backed scratch dir when it has room for

@@ -3,9 +3,11 @@
 //! and no host RAM; wake restores that image into a new instance under the **same** sandbox id.
 //! Any request to a hibernated sandbox wakes it first ([`Host::ready`]).
 
+use super::images::hibernate_image_id;
 use super::{operations, Host, Live};
 use crate::error::ApiError;
 use crate::state::SandboxState;
+use pandastack_store::images::HIBERNATE as HIBERNATE_IMAGE;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,7 +31,11 @@ impl Host {
     /// 409 unless running or paused; 507 when the host's disk is low (it keeps running); 500
     /// when the checkpoint fails (the sandbox then keeps running, or is marked failed if the
     /// engine lost it).
-    pub async fn hibernate(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
+    pub async fn hibernate(
+        self: &Arc<Self>,
+        live: &Arc<Live>,
+        cause: &str,
+    ) -> Result<(), ApiError> {
         let memory_mb = live.row.lock().await.memory_mb;
         self.check_disk_reserve("hibernate", u64::from(memory_mb) << 20)?;
         let _gate = live.gate.write().await;
@@ -87,6 +93,23 @@ impl Host {
         }
         let result = self.set_state(live, SandboxState::Hibernated, cause).await;
         self.end_operation(&op_id).await;
+        if result.is_ok() {
+            // Issue 12 point 7: uploaded in the background, so another host can wake it.
+            let (rootfs, guest_dir) = {
+                let r = live.row.lock().await;
+                (r.rootfs.clone(), r.guest_dir.clone())
+            };
+            let (me, id) = (self.clone(), live.id.clone());
+            tokio::spawn(async move {
+                me.record_image(
+                    (HIBERNATE_IMAGE, &hibernate_image_id(&id), &id),
+                    &image,
+                    &rootfs,
+                    &guest_dir,
+                )
+                .await
+            });
+        }
         result
     }
 
@@ -111,6 +134,19 @@ impl Host {
         };
         let image =
             image.ok_or_else(|| ApiError::internal("wake", "hibernated sandbox has no image"))?;
+        if self.cfg.cluster {
+            // Another host may have taken it over while this one was seen down (issue 12
+            // point 7): then it must not wake here too.
+            if let Some(stored) = self.store.sandbox(&live.id).await? {
+                if stored.host != self.cfg.host_name {
+                    self.remove(&live.id);
+                    return Err(ApiError::Conflict(format!(
+                        "sandbox {} was taken over by host {}",
+                        live.id, stored.host
+                    )));
+                }
+            }
+        }
         let memory_mb = live.row.lock().await.memory_mb;
         let _admitted = self.admit(&live.workspace_id, memory_mb, 1, false).await?;
         match self.start_instance(live, Some(&image)).await {
@@ -123,6 +159,8 @@ impl Host {
                 }
                 self.set_state(live, SandboxState::Running, cause).await?;
                 let _ = std::fs::remove_dir_all(&image);
+                // The image is used up: its upload (done or not) and objects go.
+                self.drop_image(&hibernate_image_id(&live.id)).await;
                 Ok(())
             }
             Err(e) => {
@@ -130,5 +168,79 @@ impl Host {
                 Err(e)
             }
         }
+    }
+
+    /// Takes over hibernated sandbox `id` of a host that is down (issue 12 point 7): its
+    /// image must be in the object store and this host must hold its template build. The row
+    /// moves to this host atomically (one taker); the image is fetched and becomes this
+    /// sandbox's hibernation image, so the caller's wake restores it. `None`: no such sandbox
+    /// to take (unknown, another workspace's, not hibernated, or on this host).
+    ///
+    /// # Errors
+    /// 503 with `Retry-After` while its host is still up (the request goes there); 409 when its
+    /// image was not uploaded (lost with its host), it holds volumes (they are on its host),
+    /// or this host lacks its template build; 502 when the fetch fails.
+    pub async fn adopt_hibernated(
+        &self,
+        workspace_id: &str,
+        id: &str,
+    ) -> Result<Option<Arc<Live>>, ApiError> {
+        if self.objects().is_none() || !self.cfg.cluster {
+            return Ok(None);
+        }
+        let Some(row) = self.store.sandbox(id).await? else {
+            return Ok(None);
+        };
+        if row.workspace_id != workspace_id
+            || row.deleted_at.is_some()
+            || row.status != SandboxState::Hibernated.as_str()
+            || row.host == self.cfg.host_name
+        {
+            return Ok(None);
+        }
+        let owner = self
+            .store
+            .hosts()
+            .await?
+            .into_iter()
+            .find(|h| h.name == row.host);
+        if owner.as_ref().is_some_and(|h| !crate::cluster::is_down(h)) {
+            return Err(ApiError::Busy {
+                message: format!("sandbox {id} is hibernated on host {}; retry", row.host),
+                retry_after_s: 1,
+            });
+        }
+        if !row.volumes.is_empty() {
+            return Err(ApiError::Conflict(format!(
+                "sandbox {id} holds volumes on host {}, which is down; it wakes there once that host is back",
+                row.host
+            )));
+        }
+        let Some(image) = self.store.image(&hibernate_image_id(id)).await? else {
+            return Err(ApiError::Conflict(format!(
+                "sandbox {id} was hibernated on host {}, which is down, and its image is not in the object store",
+                row.host
+            )));
+        };
+        let (dir, rootfs, guest_dir) = self.fetch_image(&image).await?;
+        if !self
+            .store
+            .move_hibernated(id, &row.host, &self.cfg.host_name)
+            .await?
+        {
+            // Another host took it first (or it changed): the request is answered as it stands.
+            return Ok(None);
+        }
+        tracing::warn!(sandbox_id = %id, from = %row.host, "taking over a hibernated sandbox of a host that is down");
+        let mut row = row;
+        row.host = self.cfg.host_name.clone();
+        row.rootfs = rootfs;
+        row.guest_dir = guest_dir;
+        row.hibernate_image = Some(dir.display().to_string());
+        self.store.put_sandbox(&row).await?;
+        // The image row (still naming the old host) goes with the wake that uses it.
+        let live = Arc::new(Live::new(row));
+        self.insert(live.clone());
+        Ok(Some(live))
     }
 }

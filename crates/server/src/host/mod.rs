@@ -9,6 +9,7 @@ mod fork;
 mod guest_dir;
 mod health;
 mod hibernate;
+pub mod images;
 mod live;
 pub mod logs;
 pub mod network;
@@ -24,9 +25,10 @@ pub mod volumes;
 
 pub use admission::{Admitted, HostLoad, Limits, RETRY_AFTER_S};
 pub use create::CreateSpec;
-pub use fork::{Promotion, MAX_FORK_COUNT};
+pub use fork::{ForkTransfer, Promotion, MAX_FORK_COUNT};
 pub use guest_dir::install_guest_dir;
 pub use live::{Activity, Live};
+pub use operations::partial_dir as partial_path;
 pub use template_image::TEMPLATE_KERNEL_PREFIX;
 pub use volumes::VolumeLimits;
 
@@ -83,6 +85,9 @@ pub struct HostConfig {
     pub cluster: bool,
     /// Volume quotas and the disk reserve volumes keep (issue 9).
     pub volume_limits: VolumeLimits,
+    /// `--object-store` (issue 12 point 6): where snapshot and hibernation images are
+    /// uploaded for other hosts; `None`: images stay on the host that took them.
+    pub objects: Option<Arc<crate::objects::Objects>>,
 }
 
 /// How long a lease lasts after its last renewal, ms (seed 003: expiring 30 s after the last
@@ -128,6 +133,8 @@ pub struct Host {
     pub builds: crate::builds::Builds,
     /// Which sandboxes hold which volumes (issue 9).
     volume_holds: volumes::Holds,
+    /// Rootfs manifest digests of template builds, by rootfs path (images.rs).
+    manifests: Mutex<HashMap<PathBuf, String>>,
 }
 
 impl Host {
@@ -153,6 +160,7 @@ impl Host {
             reserved: Arc::default(),
             builds,
             volume_holds: volumes::Holds::default(),
+            manifests: Mutex::default(),
         })
     }
 
@@ -301,6 +309,7 @@ impl Host {
         if let Some(image) = image {
             self.teardowns
                 .spawn_blocking(move || std::fs::remove_dir_all(image));
+            self.drop_image(&images::hibernate_image_id(&live.id)).await;
         }
         self.remove(&live.id);
         drop(_gate);

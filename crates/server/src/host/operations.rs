@@ -32,7 +32,7 @@ pub(super) const HIBERNATE: &str = "hibernate";
 pub(super) const FORK: &str = "fork";
 
 /// The directory an image is written into before it is complete.
-pub(super) fn partial_dir(image: &Path) -> PathBuf {
+pub fn partial_dir(image: &Path) -> PathBuf {
     let mut name = image.file_name().unwrap_or_default().to_os_string();
     name.push(".partial");
     image.with_file_name(name)

@@ -98,6 +98,10 @@ impl Host {
         }
         self.collect_unreferenced_images().await?;
         self.collect_orphan_volumes().await?;
+        // Issue 12: fetched copies are for restores that are over; uploads a stop cut short
+        // start again.
+        self.clear_object_cache();
+        self.resume_uploads().await;
         Ok(())
     }
 }

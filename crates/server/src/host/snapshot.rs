@@ -8,6 +8,7 @@ use super::{operations, CreateSpec, Host, Live};
 use crate::error::ApiError;
 use crate::state::SandboxState;
 use pandastack_guest_protocol::{GuestMsg, HostMsg};
+use pandastack_store::images::SNAPSHOT as SNAPSHOT_IMAGE;
 use pandastack_store::{now_ms, SnapshotRow};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -83,7 +84,7 @@ impl Host {
     /// # Errors
     /// 409 unless running; 429 at the workspace's snapshot quota; 507 when the host's disk is
     /// low; 500 when the checkpoint fails (nothing is left on disk).
-    pub async fn snapshot(&self, live: &Arc<Live>) -> Result<SnapshotRow, ApiError> {
+    pub async fn snapshot(self: &Arc<Self>, live: &Arc<Live>) -> Result<SnapshotRow, ApiError> {
         let (workspace, memory_mb) = {
             let r = live.row.lock().await;
             (r.workspace_id.clone(), r.memory_mb)
@@ -135,6 +136,17 @@ impl Host {
         }
         self.end_operation(&id).await;
         live.touch().await;
+        // Issue 12: uploaded in the background; the reply says `uploaded: false` until then.
+        let (me, snap) = (self.clone(), row.clone());
+        tokio::spawn(async move {
+            me.record_image(
+                (SNAPSHOT_IMAGE, &snap.id, &snap.sandbox_id),
+                Path::new(&snap.image_dir),
+                &snap.rootfs,
+                &snap.guest_dir,
+            )
+            .await
+        });
         Ok(row)
     }
 
@@ -149,7 +161,13 @@ impl Host {
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("snapshot {id} not found")))?;
         self.store.delete_snapshot(workspace_id, id).await?;
-        let _ = std::fs::remove_dir_all(&snap.image_dir);
+        // Its objects too (issue 12); the image dir is this host's when it took the snapshot
+        // (a dead host's copy goes at its next start: no row references it then).
+        self.drop_image(id).await;
+        if snap.host == self.cfg.host_name {
+            let _ = std::fs::remove_dir_all(&snap.image_dir);
+        }
+        self.forget_cached(id);
         Ok(())
     }
 
@@ -233,16 +251,65 @@ impl Host {
             .snapshot(&spec.workspace_id, snapshot_id)
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("snapshot {snapshot_id} not found")))?;
-        self.check_generation(&snap)?;
-        self.check_disk_reserve("restore", 0)?;
+        let remote = snap.host != self.cfg.host_name;
+        if !remote {
+            self.check_generation(&snap)?;
+        }
+        // A remote image is fetched here first: at most the sandbox's memory plus its writes.
+        let fetched = if remote {
+            u64::from(snap.memory_mb) << 20
+        } else {
+            0
+        };
+        self.check_disk_reserve("restore", fetched)?;
         let _admitted = self
             .admit(&spec.workspace_id, snap.memory_mb, 1, true)
             .await?;
         spec.volumes = self
             .with_snapshot_volumes(&spec.volumes, &snap.volumes)
             .await?;
-        let image = PathBuf::from(&snap.image_dir);
-        self.create_from_image(&spec, &snap, &image, "snapshot")
+        if !remote {
+            let image = PathBuf::from(&snap.image_dir);
+            return self
+                .create_from_image(&spec, &snap, &image, "snapshot")
+                .await;
+        }
+        // Taken on another host (issue 12 point 6): fetched from the object store onto this
+        // host's copy of the same template build.
+        if !snap.volumes.is_empty() {
+            return Err(ApiError::Conflict(format!(
+                "snapshot {} holds volumes, which are on host {}: restore it there",
+                snap.id, snap.host
+            )));
+        }
+        let image_row = self.store.image(&snap.id).await?.ok_or_else(|| {
+            ApiError::Conflict(format!(
+                "snapshot {} is on host {} and not in the object store",
+                snap.id, snap.host
+            ))
+        })?;
+        let (image, rootfs, guest_dir) = self.fetch_image(&image_row).await?;
+        let base = SnapshotRow {
+            rootfs,
+            guest_dir,
+            image_dir: image.display().to_string(),
+            ..snap
+        };
+        self.create_from_image(&spec, &base, &image, "snapshot")
             .await
+    }
+
+    /// Removes this host's cached copies of image `id` (a deleted snapshot).
+    fn forget_cached(&self, id: &str) {
+        let cache = crate::objects::cache_dir(&self.cfg.data_dir);
+        let Ok(entries) = std::fs::read_dir(&cache) else {
+            return;
+        };
+        let prefix = format!("{id}-");
+        for e in entries.filter_map(Result::ok) {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
     }
 }

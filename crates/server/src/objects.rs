@@ -1,0 +1,438 @@
+//! Object storage for images (issue 12 point 6): `--object-store s3://BUCKET` (endpoint,
+//! region and keys from the standard `AWS_*` environment variables) or `file:///DIR` (a
+//! directory every host mounts), through the `object_store` crate.
+//!
+//! An image is a directory of files (a runsc checkpoint: `checkpoint.img`, `pages.img`,
+//! `pages_meta.img`, ...). [`Objects::upload_dir`] stores each file under `<prefix>/<name>`
+//! (multipart, streamed from disk) and then `<prefix>/manifest.json` listing every file with
+//! its size and SHA-256: an image is in the store exactly when its manifest is.
+//! [`Objects::fetch_dir`] reads the manifest, downloads every file into `<dir>.partial/`,
+//! checks each one's size and SHA-256 while it is written, and renames the directory into
+//! place; concurrent fetches of one image wait for the first one (one download).
+
+use futures::StreamExt;
+use object_store::{path::Path as ObjectPath, ObjectStore, ObjectStoreExt, WriteMultipart};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Size of the parts of a multipart upload, bytes (S3's minimum is 5 MiB).
+const PART_BYTES: usize = 16 << 20;
+/// Parts of one file in flight at once.
+const PARTS_IN_FLIGHT: usize = 4;
+/// The object listing an image's files; written last.
+const MANIFEST: &str = "manifest.json";
+
+/// Why an object-store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectsError {
+    /// `--object-store` is not `s3://BUCKET` or `file:///DIR`, or the client cannot be built.
+    #[error("object store: {0}")]
+    Config(String),
+    /// The object store refused or failed a request.
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    /// Reading or writing the local copy failed.
+    #[error("object store: local image: {0}")]
+    Io(#[from] std::io::Error),
+    /// The image has no manifest in the store (never uploaded, or deleted).
+    #[error("image {0} is not in the object store")]
+    Missing(String),
+    /// A downloaded file does not match its manifest.
+    #[error("image {prefix}: {file} does not match its checksum")]
+    Checksum { prefix: String, file: String },
+}
+
+/// One file of an image's manifest.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct FileEntry {
+    name: String,
+    /// Bytes.
+    size: u64,
+    /// SHA-256, hex.
+    sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Manifest {
+    files: Vec<FileEntry>,
+}
+
+/// The object store of this host's images (see the module doc). Shared as `Arc<Objects>`.
+pub struct Objects {
+    store: Arc<dyn ObjectStore>,
+    /// The `--object-store` URL (for logs).
+    pub url: String,
+    /// One lock per image prefix being fetched (coalesces concurrent fetches).
+    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for Objects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Objects").field("url", &self.url).finish()
+    }
+}
+
+impl Objects {
+    /// The object store of `--object-store URL`: `s3://BUCKET` (the `AWS_*` environment
+    /// variables give endpoint `AWS_ENDPOINT_URL`, region `AWS_REGION`, keys
+    /// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP=true` for a plain-HTTP
+    /// endpoint) or `file:///DIR` (created if missing).
+    ///
+    /// # Errors
+    /// [`ObjectsError::Config`] for another scheme, a missing bucket or directory name, or a
+    /// client that cannot be built.
+    pub fn open(url: &str) -> Result<Arc<Self>, ObjectsError> {
+        let store: Arc<dyn ObjectStore> = if let Some(bucket) = url.strip_prefix("s3://") {
+            let bucket = bucket.trim_end_matches('/');
+            if bucket.is_empty() || bucket.contains('/') {
+                return Err(ObjectsError::Config(format!(
+                    "--object-store {url}: expected s3://BUCKET"
+                )));
+            }
+            Arc::new(
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()
+                    .map_err(|e| ObjectsError::Config(e.to_string()))?,
+            )
+        } else if let Some(dir) = url.strip_prefix("file://") {
+            if !dir.starts_with('/') || dir.len() < 2 {
+                return Err(ObjectsError::Config(format!(
+                    "--object-store {url}: expected file:///ABSOLUTE/DIR"
+                )));
+            }
+            std::fs::create_dir_all(dir)?;
+            Arc::new(
+                object_store::local::LocalFileSystem::new_with_prefix(dir)
+                    .map_err(|e| ObjectsError::Config(e.to_string()))?
+                    .with_automatic_cleanup(true),
+            )
+        } else {
+            return Err(ObjectsError::Config(format!(
+                "--object-store {url}: expected s3://BUCKET or file:///DIR"
+            )));
+        };
+        Ok(Arc::new(Objects {
+            store,
+            url: url.to_string(),
+            fetching: Mutex::default(),
+        }))
+    }
+
+    /// Uploads every regular file of `dir` under `prefix`, then its manifest. Returns the
+    /// bytes uploaded. An upload interrupted before the manifest leaves no usable image (a
+    /// retry overwrites the files).
+    ///
+    /// # Errors
+    /// Reading `dir` or any store request failing.
+    pub async fn upload_dir(&self, prefix: &str, dir: &Path) -> Result<u64, ObjectsError> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            if e.file_type()?.is_file() {
+                names.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        let mut files = Vec::with_capacity(names.len());
+        let mut total = 0;
+        for name in names {
+            let entry = self
+                .upload_file(&key(prefix, &name), &dir.join(&name), name)
+                .await?;
+            total += entry.size;
+            files.push(entry);
+        }
+        let manifest = serde_json::to_vec(&Manifest { files })
+            .map_err(|e| ObjectsError::Config(e.to_string()))?;
+        self.store
+            .put(&key(prefix, MANIFEST), manifest.into())
+            .await?;
+        Ok(total)
+    }
+
+    async fn upload_file(
+        &self,
+        location: &ObjectPath,
+        path: &Path,
+        name: String,
+    ) -> Result<FileEntry, ObjectsError> {
+        let mut file = tokio::fs::File::open(path).await?;
+        let mut upload = WriteMultipart::new_with_chunk_size(
+            self.store.put_multipart(location).await?,
+            PART_BYTES,
+        );
+        let mut hash = Sha256::new();
+        let mut size = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        let result = async {
+            loop {
+                let n = file.read(&mut buf).await?;
+                if n == 0 {
+                    break;
+                }
+                hash.update(&buf[..n]);
+                size += n as u64;
+                upload.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                upload.write(&buf[..n]);
+            }
+            Ok::<_, ObjectsError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                upload.finish().await?;
+            }
+            Err(e) => {
+                let _ = upload.abort().await;
+                return Err(e);
+            }
+        }
+        Ok(FileEntry {
+            name,
+            size,
+            sha256: hex::encode(hash.finalize()),
+        })
+    }
+
+    /// Makes `dir` a checked copy of the image under `prefix` (see the module doc); returns at
+    /// once when `dir` exists. Concurrent calls for one prefix download it once.
+    ///
+    /// # Errors
+    /// [`ObjectsError::Missing`] when the image has no manifest; [`ObjectsError::Checksum`]
+    /// when a file does not match it; store and disk errors. Nothing is left at `dir` then.
+    pub async fn fetch_dir(&self, prefix: &str, dir: &Path) -> Result<(), ObjectsError> {
+        let lock = self
+            .fetching
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(prefix.to_string())
+            .or_default()
+            .clone();
+        let result = {
+            let _one = lock.lock().await;
+            if dir.is_dir() {
+                Ok(())
+            } else {
+                self.download(prefix, dir).await
+            }
+        };
+        drop(lock);
+        self.fetching
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, l| Arc::strong_count(l) > 1);
+        result
+    }
+
+    async fn download(&self, prefix: &str, dir: &Path) -> Result<(), ObjectsError> {
+        let manifest = match self.store.get(&key(prefix, MANIFEST)).await {
+            Ok(r) => r.bytes().await?,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(ObjectsError::Missing(prefix.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let manifest: Manifest =
+            serde_json::from_slice(&manifest).map_err(|_| ObjectsError::Checksum {
+                prefix: prefix.to_string(),
+                file: MANIFEST.into(),
+            })?;
+        let partial = crate::host::partial_path(dir);
+        let _ = tokio::fs::remove_dir_all(&partial).await;
+        tokio::fs::create_dir_all(&partial).await?;
+        let result = async {
+            for f in &manifest.files {
+                if f.name.contains('/') || f.name.starts_with('.') {
+                    return Err(ObjectsError::Checksum {
+                        prefix: prefix.to_string(),
+                        file: f.name.clone(),
+                    });
+                }
+                self.download_file(prefix, f, &partial.join(&f.name))
+                    .await?;
+            }
+            tokio::fs::rename(&partial, dir).await?;
+            Ok(())
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_dir_all(&partial).await;
+        }
+        result
+    }
+
+    async fn download_file(
+        &self,
+        prefix: &str,
+        f: &FileEntry,
+        path: &Path,
+    ) -> Result<(), ObjectsError> {
+        let mut stream = self.store.get(&key(prefix, &f.name)).await?.into_stream();
+        let mut out = tokio::fs::File::create(path).await?;
+        let mut hash = Sha256::new();
+        let mut size = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            hash.update(&chunk);
+            size += chunk.len() as u64;
+            out.write_all(&chunk).await?;
+        }
+        out.flush().await?;
+        if size != f.size || hex::encode(hash.finalize()) != f.sha256 {
+            return Err(ObjectsError::Checksum {
+                prefix: prefix.to_string(),
+                file: f.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the image under `prefix` is complete in the store (its manifest exists).
+    ///
+    /// # Errors
+    /// Store errors other than not-found.
+    pub async fn exists(&self, prefix: &str) -> Result<bool, ObjectsError> {
+        match self.store.head(&key(prefix, MANIFEST)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes the image under `prefix`: its manifest first (so it stops being fetchable),
+    /// then every object under the prefix. Deleting what is not there succeeds.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<(), ObjectsError> {
+        match self.store.delete(&key(prefix, MANIFEST)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let listed: Vec<_> = self
+            .store
+            .list(Some(&ObjectPath::from(prefix)))
+            .collect()
+            .await;
+        for meta in listed {
+            let meta = meta?;
+            match self.store.delete(&meta.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Names of the objects under `prefix` (tests and diagnostics).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, ObjectsError> {
+        let listed: Vec<_> = self
+            .store
+            .list(Some(&ObjectPath::from(prefix)))
+            .collect()
+            .await;
+        listed
+            .into_iter()
+            .map(|m| Ok(m?.location.to_string()))
+            .collect()
+    }
+}
+
+fn key(prefix: &str, name: &str) -> ObjectPath {
+    ObjectPath::from(format!("{prefix}/{name}"))
+}
+
+/// The object-store prefix of snapshot `id`'s image.
+pub fn snapshot_prefix(id: &str) -> String {
+    format!("snapshots/{id}")
+}
+
+/// The object-store prefix of a hibernation image of sandbox `id` taken at `at` (Unix ms: a
+/// sandbox hibernated again gets a new prefix, so an old upload still running cannot mix
+/// into the new image).
+pub fn hibernate_prefix(id: &str, at: i64) -> String {
+    format!("hibernate/{id}/{at}")
+}
+
+/// The object-store prefix of a cross-host fork's capture (fork tree `tree_id`).
+pub fn fork_prefix(tree_id: &str) -> String {
+    format!("forks/{tree_id}")
+}
+
+/// Where this host keeps images fetched from the object store: `<data_dir>/object-cache/`.
+pub fn cache_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("object-cache")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_image_round_trips_checked_and_is_deleted_whole() {
+        let root = tempfile_dir("objects-rt");
+        let store_dir = root.join("store");
+        let objects = Objects::open(&format!("file://{}", store_dir.display())).unwrap();
+        let image = root.join("image");
+        std::fs::create_dir_all(&image).unwrap();
+        std::fs::write(image.join("pages.img"), vec![7u8; (PART_BYTES * 2) + 5]).unwrap();
+        std::fs::write(image.join("checkpoint.img"), b"state").unwrap();
+        assert!(!objects.exists("snapshots/s1").await.unwrap());
+        let n = objects.upload_dir("snapshots/s1", &image).await.unwrap();
+        assert_eq!(n, (PART_BYTES * 2 + 5 + 5) as u64);
+        assert!(objects.exists("snapshots/s1").await.unwrap());
+        let copy = root.join("copy");
+        let (a, b) = tokio::join!(
+            objects.fetch_dir("snapshots/s1", &copy),
+            objects.fetch_dir("snapshots/s1", &copy)
+        );
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(
+            std::fs::read(copy.join("checkpoint.img")).unwrap(),
+            b"state"
+        );
+        assert_eq!(
+            std::fs::metadata(copy.join("pages.img")).unwrap().len(),
+            (PART_BYTES * 2 + 5) as u64
+        );
+        // A corrupted object is refused and leaves nothing behind.
+        std::fs::write(store_dir.join("snapshots/s1/checkpoint.img"), b"STATE").unwrap();
+        let again = root.join("again");
+        assert!(matches!(
+            objects.fetch_dir("snapshots/s1", &again).await,
+            Err(ObjectsError::Checksum { .. })
+        ));
+        assert!(!again.exists() && !crate::host::partial_path(&again).exists());
+        objects.delete_prefix("snapshots/s1").await.unwrap();
+        assert!(objects.list("snapshots/s1").await.unwrap().is_empty());
+        assert!(matches!(
+            objects.fetch_dir("snapshots/s1", &again).await,
+            Err(ObjectsError::Missing(_))
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn only_s3_and_file_urls_are_accepted() {
+        for bad in ["http://x", "s3://", "s3://a/b", "file://rel", "gs://b"] {
+            assert!(
+                matches!(Objects::open(bad), Err(ObjectsError::Config(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    fn tempfile_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("{tag}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}
