@@ -309,8 +309,9 @@ impl Host {
         if let Some(image) = image {
             self.teardowns
                 .spawn_blocking(move || std::fs::remove_dir_all(image));
-            self.drop_image(&images::hibernate_image_id(&live.id)).await;
         }
+        // Its uploaded hibernation image, if any (also of a sandbox of a host that is down).
+        self.drop_image(&images::hibernate_image_id(&live.id)).await;
         self.remove(&live.id);
         drop(_gate);
         for child in self.unpromoted_children(&live.id).await {
