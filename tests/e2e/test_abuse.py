@@ -193,19 +193,117 @@ def test_metrics_need_an_api_key(server):
 # --- 3: memory --------------------------------------------------------------------------
 
 
-def test_a_sandbox_over_its_memory_limit_is_failed_at_once_naming_oom(api):
-    """A process allocating 2 GiB in a 512 MiB sandbox: the host's OOM killer ends the gVisor
-    sandbox (its sentry is one host process in the sandbox's memory cgroup), and the server
-    notices within its death-watch poll: the exec that did it answers 409 naming the cause,
-    the sandbox is `failed` with an event whose cause starts with `oom`, and later requests
-    answer 409 `sandbox failed: oom: ...` at once instead of hanging."""
+def _oom_events(api, sandbox_id: str) -> list[dict]:
+    return [e for e in api("GET", f"/v1/sandboxes/{sandbox_id}/events").json() if e["cause"].startswith("oom: killed")]
+
+
+def test_a_process_over_the_memory_limit_is_killed_alone_and_the_sandbox_lives_on(api):
+    """A process allocating 2 GiB in a 512 MiB sandbox: the guest's memory guard kills it
+    (exit 137, a line on stderr saying why), the sandbox keeps running with its other
+    processes, an event names the process and `oom`; /dev/shm (RAM) is bounded by its size."""
+    from pandastack import Sandbox
+
+    sb = Sandbox.create(template="base")
+    try:
+        other = sb.exec("sleep 600 > /dev/null 2>&1 & echo $!").stdout.strip()
+        started = time.monotonic()
+        r = sb.exec("python3 -c 'x = bytearray(2 * 1024 ** 3)'", timeout_seconds=120)
+        print(f"killed after {time.monotonic() - started:.2f} s")
+        assert r.exit_code == 137, r
+        assert "out of memory: killed python3" in r.stderr and "of its 512 MiB" in r.stderr, r.stderr
+        assert sb.exec(f"kill -0 {other} && echo alive").stdout == "alive\n"
+        assert api("GET", f"/v1/sandboxes/{sb.id}").json()["status"] == "running"
+        ev = wait_until(lambda: _oom_events(api, sb.id), timeout=15, what="the oom event")
+        assert ev[0]["from"] == "running" and ev[0]["to"] == "running", ev
+        assert "python3" in ev[0]["cause"] and "of its 512 MiB" in ev[0]["cause"], ev
+        # RAM-backed /dev/shm ends in ENOSPC at its size, not in a kill.
+        out = sb.exec("head -c 200000000 /dev/zero > /dev/shm/fill; echo rc=$?; rm -f /dev/shm/fill")
+        assert "No space left on device" in out.stderr and "rc=1" in out.stdout, out
+        assert sb.exec("echo still here").stdout == "still here\n"
+    finally:
+        sb.kill()
+
+
+def test_a_kernel_over_the_memory_limit_reports_a_memory_error_and_the_context_works_again(api):
+    """A cell allocating 2 GiB: its kernel is killed, the run reports a `MemoryError`, the same
+    context runs the next cell in a fresh kernel, and another context's kernel keeps its
+    state."""
+    from pandastack import Sandbox
+
+    sb = Sandbox.create(template="code-interpreter")
+    try:
+        keep, hog = sb.create_code_context(), sb.create_code_context()
+        assert keep.run_code("kept = 41").error is None
+        assert hog.run_code("y = 1").error is None
+        ex = hog.run_code("x = bytearray(2 * 1024 ** 3)")
+        assert ex.error is not None and ex.error.startswith("MemoryError"), ex
+        assert "out of memory" in ex.error and "fresh kernel" in ex.error, ex.error
+        again = hog.run_code("print(1 + 1)")
+        assert again.error is None and again.stdout == "2\n", again
+        gone = hog.run_code("y")
+        assert gone.error is not None and "NameError" in gone.error, gone
+        assert keep.run_code("print(kept + 1)").stdout == "42\n"
+        assert sb.exec("echo ok").stdout == "ok\n"
+        wait_until(lambda: _oom_events(api, sb.id), timeout=15, what="the oom event")
+    finally:
+        sb.kill()
+
+
+def test_a_fork_loop_leaves_the_sandbox_usable():
+    """A python `os.fork()` loop: fork fails at the sandbox's process limit (RLIMIT_NPROC)
+    instead of taking the sandbox down; the exec's timeout kills the loop's process group and
+    the sandbox answers as before."""
+    from pandastack import Sandbox
+
+    sb = Sandbox.create(template="base")
+    try:
+        bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.05)\n"
+        sb.filesystem.write("/root/bomb.py", bomb.encode())
+        r = sb.exec("python3 /root/bomb.py", timeout_seconds=8)
+        assert r.exit_code != 0, r
+        assert sb.exec("echo alive").stdout == "alive\n"
+        left = wait_until(
+            lambda: (n := sb.exec("grep -l 'bomb[.]py' /proc/[0-9]*/cmdline 2>/dev/null | wc -l").stdout.strip()) == "0" and n,
+            timeout=20, interval=0.5, what="the fork loop's processes to be gone",
+        )
+        assert left == "0"
+        assert sb.exec("python3 -c 'print(6 * 7)'").stdout == "42\n"
+    finally:
+        sb.kill()
+
+
+def _memory_cgroup(server_pid: int, iid: str) -> Path:
+    own = next(
+        line.split(":", 2)[2] for line in Path(f"/proc/{server_pid}/cgroup").read_text().splitlines()
+        if line.split(":", 2)[1] == "memory"
+    )
+    for base in (Path("/sys/fs/cgroup/memory") / own.lstrip("/"), Path("/sys/fs/cgroup/memory")):
+        if (base / "pandastack" / iid).is_dir():
+            return base / "pandastack" / iid
+    raise AssertionError(f"no memory cgroup for {iid}")
+
+
+def test_a_sandbox_whose_host_memory_runs_out_is_failed_at_once_naming_oom(server, api):
+    """When the whole sandbox does die of memory (memory the guard cannot free, or the
+    sentry's own past the cgroup's headroom; forced here by lowering the host cgroup's limit
+    just above what the sandbox uses, then allocating well under its `memory_mb`): the host's
+    OOM killer ends the gVisor sandbox, the server notices within its death-watch poll, the
+    exec that did it answers 409 naming the cause, the sandbox is `failed` with an event whose
+    cause starts with `oom`, and later requests answer 409 `sandbox failed: oom: ...` at once."""
     from pandastack import BadRequestError, Sandbox
+
+    from lifecycle_fixtures import instance_id
 
     sb = Sandbox.create(template="base")
     try:
         assert sb.exec("true").exit_code == 0
+        cg = _memory_cgroup(server.pid, instance_id(server.data_dir, sb.id))
+        # runsc's limit (memory_mb) plus the headroom the engine adds.
+        assert int((cg / "memory.limit_in_bytes").read_text()) == (512 + 256) * MIB
+        used = int((cg / "memory.usage_in_bytes").read_text())
+        (cg / "memory.limit_in_bytes").write_text(str(used + 48 * MIB))
         with pytest.raises(BadRequestError) as e:
-            sb.exec("python3 -c 'x = bytearray(2 * 1024 ** 3)'", timeout_seconds=120)
+            sb.exec("python3 -c 'x = bytearray(300 * 1024 ** 2)'", timeout_seconds=120)
         seen = time.monotonic()
         assert "out of memory" in str(e.value) and "killed" in str(e.value), e.value
         row = wait_until(

@@ -149,6 +149,28 @@ pub enum ErrorCode {
     Denied,
     /// The sandbox's disk is full (its quota is used up; HTTP 507).
     NoSpace,
+    /// The kernel was killed by the guest's memory guard: the sandbox ran out of memory
+    /// (issue 8 point 3). The message names the process and the sizes.
+    OutOfMemory,
+}
+
+/// A process the guest's memory guard killed because the sandbox's memory use reached its
+/// limit (issue 8 point 3: one process dies, not the whole sandbox). Reported once, in the
+/// next [`GuestMsg::Pong`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomKill {
+    /// Its pid inside the sandbox.
+    pub pid: u32,
+    /// Its command name (`/proc/<pid>/comm`, at most 15 bytes).
+    pub name: String,
+    /// Its resident memory when it was killed, bytes.
+    pub rss_bytes: u64,
+    /// The sandbox's memory use (`MemTotal - MemAvailable` of its /proc/meminfo) then, bytes.
+    pub used_bytes: u64,
+    /// The sandbox's memory limit (its `MemTotal`: the create's `memory_mb`), bytes.
+    pub limit_bytes: u64,
+    /// When, Unix ms.
+    pub at_ms: u64,
 }
 
 /// One directory entry or stat result.
@@ -211,8 +233,12 @@ pub enum GuestMsg {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         features: Vec<String>,
     },
+    /// The answer to a [`HostMsg::Ping`], with the processes the memory guard killed since
+    /// the previous `Pong` (each reported once; empty and left out of the JSON when none).
     Pong {
         id: RequestId,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        oom_kills: Vec<OomKill>,
     },
     /// A chunk of an exec's output (body = raw bytes, possibly not UTF-8).
     Output {
@@ -279,7 +305,7 @@ impl GuestMsg {
         use GuestMsg::*;
         match self {
             HelloOk { id, .. }
-            | Pong { id }
+            | Pong { id, .. }
             | Output { id, .. }
             | Exited { id, .. }
             | FileChunk { id }

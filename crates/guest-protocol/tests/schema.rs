@@ -90,7 +90,37 @@ fn v1_additive_error_codes() {
     for (code, name) in [
         (ErrorCode::Denied, "denied"),
         (ErrorCode::NoSpace, "no_space"),
+        (ErrorCode::OutOfMemory, "out_of_memory"),
     ] {
         assert_eq!(json(&code), format!("\"{name}\""));
     }
+}
+
+/// `Pong` gained the memory guard's kills within v1: left out when there are none, so a v1
+/// host of an older build reads it as before, and an old guest's bare `Pong` reads as no kills.
+#[test]
+fn pong_carries_oom_kills_only_when_there_are_some() {
+    let bare = GuestMsg::Pong {
+        id: 3,
+        oom_kills: vec![],
+    };
+    assert_eq!(json(&bare), r#"{"type":"pong","id":3}"#);
+    let old: GuestMsg = serde_json::from_str(r#"{"type":"pong","id":3}"#).unwrap();
+    assert_eq!(old, bare);
+    let kill = OomKill {
+        pid: 9,
+        name: "python3".into(),
+        rss_bytes: 1,
+        used_bytes: 2,
+        limit_bytes: 3,
+        at_ms: 4,
+    };
+    let with = GuestMsg::Pong {
+        id: 3,
+        oom_kills: vec![kill],
+    };
+    assert_eq!(
+        json(&with),
+        r#"{"type":"pong","id":3,"oom_kills":[{"pid":9,"name":"python3","rss_bytes":1,"used_bytes":2,"limit_bytes":3,"at_ms":4}]}"#
+    );
 }

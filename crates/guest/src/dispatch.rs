@@ -8,6 +8,7 @@ use crate::error::OpError;
 use crate::exec::Execs;
 use crate::files::{self, ReadWindows, Uploads};
 use crate::kernel::Kernels;
+use crate::memory::MemoryGuard;
 use crate::reaper::Reaper;
 use crate::setup::Config;
 use pandastack_guest_protocol::{ErrorCode, Frame, GuestMsg, HostMsg, RequestId, PROTOCOL_VERSION};
@@ -23,6 +24,8 @@ pub struct Ctx {
     pub kernels: Arc<Kernels>,
     /// Flow-controlled file reads in progress.
     pub reads: Arc<ReadWindows>,
+    /// The memory guard's kills (its thread runs only in a sandbox: [`Guest::guard_memory`]).
+    pub memory: Arc<MemoryGuard>,
 }
 
 /// The guest state owned by the reader thread.
@@ -46,11 +49,17 @@ impl Guest {
             execs: Arc::new(Execs::default()),
             kernels: Arc::new(Kernels::default()),
             reads: Arc::new(ReadWindows::default()),
+            memory: Arc::new(MemoryGuard::default()),
         };
         Guest {
             ctx,
             uploads: Uploads::default(),
         }
+    }
+
+    /// Starts the memory guard ([`crate::memory`]): only in a sandbox, as PID 1.
+    pub fn guard_memory(&self) {
+        self.ctx.memory.start();
     }
 
     /// Decodes and handles one frame. A frame that is not a request gets `Error{Invalid}` when
@@ -78,7 +87,10 @@ impl Guest {
                 Ok(())
             }
             HostMsg::Ping { .. } => {
-                ctx.out.send(&GuestMsg::Pong { id });
+                ctx.out.send(&GuestMsg::Pong {
+                    id,
+                    oom_kills: ctx.memory.take_unreported(),
+                });
                 Ok(())
             }
             HostMsg::Exec {

@@ -7,7 +7,8 @@
 //! dispatches them ([`dispatch`]); long operations (an exec, a file read, a kernel run) get their
 //! own thread. Every reply goes through one [`channel::Out`], a mutex around fd 1, so frames never
 //! interleave. A single [`reaper`] collects every exited child (PID 1 inherits orphans) and routes
-//! the status of the children we spawned to whoever waits on them. Logs go to stderr, terse.
+//! the status of the children we spawned to whoever waits on them. In a sandbox a [`memory`]
+//! guard kills the largest process when memory runs out, so the sandbox lives on. Logs go to stderr, terse.
 
 #[macro_use]
 pub mod log;
@@ -19,6 +20,7 @@ pub mod exec;
 pub mod files;
 pub mod hostio;
 pub mod kernel;
+pub mod memory;
 pub mod reaper;
 pub mod setup;
 
@@ -28,5 +30,8 @@ pub mod setup;
 pub fn run() {
     let config = setup::prepare();
     let guest = dispatch::Guest::new(config);
+    if std::process::id() == 1 {
+        guest.guard_memory();
+    }
     channel::serve(guest);
 }

@@ -45,7 +45,13 @@ fn hello_version_and_ping() {
         "{r:?}"
     );
     let id = g.id();
-    assert_eq!(g.call(HostMsg::Ping { id })[0].0, GuestMsg::Pong { id });
+    assert_eq!(
+        g.call(HostMsg::Ping { id })[0].0,
+        GuestMsg::Pong {
+            id,
+            oom_kills: vec![]
+        }
+    );
 }
 
 #[test]
@@ -65,7 +71,13 @@ fn bad_frames_get_invalid_or_are_skipped() {
     );
     g.send_raw(b"not json at all");
     let id = g.id();
-    assert_eq!(g.call(HostMsg::Ping { id })[0].0, GuestMsg::Pong { id });
+    assert_eq!(
+        g.call(HostMsg::Ping { id })[0].0,
+        GuestMsg::Pong {
+            id,
+            oom_kills: vec![]
+        }
+    );
 }
 
 #[test]

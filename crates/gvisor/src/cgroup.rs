@@ -73,6 +73,43 @@ pub fn stats(id: &str) -> InstanceStats {
     }
 }
 
+/// Host memory the sandbox's cgroup allows beyond its `memory_mb`, bytes (issue 8 point 3).
+///
+/// runsc sets the cgroup's `memory.limit_in_bytes` to `memory_mb` and reports that as the
+/// sandbox's `MemTotal`; the guest's memory guard (`pandastack_guest::memory`) kills the
+/// largest process when the sandbox's own use nears `MemTotal`. The host limit is then raised
+/// by this much ([`add_headroom`]) for what the sandbox's use does not show: the sentry's and
+/// gofer's own memory, the ptrace stub processes, page tables, and the growth of an allocation
+/// loop between two looks of the guard. Only a sandbox whose use the guard cannot bring down
+/// (memory held by tmpfs files, not by a process) still reaches it and is OOM-killed whole.
+///
+/// Measured here (runsc 20240729, ptrace): the cgroup holds ~14 MiB more than the sandbox's
+/// own use when idle, and ~0.6 MiB more per process (stub process and page tables), so ~150
+/// MiB at the sandbox's 256 processes (`config::NPROC_LIMIT`); an allocation loop grows by
+/// up to ~1.2 MiB/ms, i.e. up to ~25 MiB past the guard's mark before its kill lands. 256 MiB
+/// covers the sum with room to spare. It is a ceiling, not a reservation: admission
+/// (`--memory-overcommit`) counts `memory_mb` only.
+pub const SENTRY_HEADROOM_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Sets instance `id`'s memory cgroup limit to `memory_bytes` + [`SENTRY_HEADROOM_BYTES`].
+/// Returns `Ok(false)` when it has no memory cgroup (runsc made none).
+///
+/// # Errors
+/// I/O errors writing `memory.limit_in_bytes`.
+pub fn add_headroom(id: &str, memory_bytes: u64) -> std::io::Result<bool> {
+    let Some(d) = dir("memory", id) else {
+        return Ok(false);
+    };
+    let limit = memory_bytes.saturating_add(SENTRY_HEADROOM_BYTES);
+    std::fs::write(d.join("memory.limit_in_bytes"), limit.to_string())?;
+    Ok(true)
+}
+
+/// Instance `id`'s memory cgroup limit (`memory.limit_in_bytes`), bytes; None without one.
+pub fn memory_limit(id: &str) -> Option<u64> {
+    read_u64(&dir("memory", id)?.join("memory.limit_in_bytes"))
+}
+
 /// Removes the instance's cgroup directories that runsc left behind (they are empty once its
 /// processes are gone; rmdir of a busy one fails harmlessly).
 pub fn remove(id: &str) {

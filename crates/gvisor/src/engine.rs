@@ -313,6 +313,7 @@ impl GvisorEngine {
         loop {
             if up.exists() {
                 debug!(instance_id = %spec.instance_id, ms = started.elapsed().as_millis() as u64, "{op}: guest socket up");
+                Self::add_memory_headroom(&spec.instance_id, spec.memory_mb);
                 return Ok(Instance {
                     instance_id: spec.instance_id.clone(),
                     dir: dir.clone(),
@@ -791,6 +792,20 @@ impl Engine for GvisorEngine {
 }
 
 impl GvisorEngine {
+    /// Raises instance `id`'s memory cgroup by [`cgroup::SENTRY_HEADROOM_BYTES`] over its
+    /// `memory_mb` once runsc has made it, so the guest's memory guard acts before the host
+    /// kills the sandbox (issue 8 point 3). A failure is logged: the sandbox then runs with
+    /// runsc's limit, and an overrun ends it whole (the death watch reports it).
+    fn add_memory_headroom(id: &str, memory_mb: u32) {
+        match cgroup::add_headroom(id, u64::from(memory_mb) * 1024 * 1024) {
+            Ok(true) => {}
+            Ok(false) => debug!(instance_id = %id, "no memory cgroup to give headroom"),
+            Err(e) => {
+                warn!(instance_id = %id, error = %e, "cannot give the memory cgroup its headroom")
+            }
+        }
+    }
+
     /// Makes one restore target of `class`: bundle, network slot, `runsc create` under a
     /// two-stage shim.
     async fn make_target(&self, class: &TargetClass) -> Result<Target, EngineError> {
@@ -897,6 +912,7 @@ impl GvisorEngine {
             if reply.trim() != "ok" {
                 return Err(fail(format!("shim: {}", reply.trim())));
             }
+            Self::add_memory_headroom(&t.instance_id, t.class.memory_mb);
             Ok(Instance {
                 instance_id: t.instance_id.clone(),
                 dir: t.dir.clone(),

@@ -157,6 +157,6 @@ pub fn from_guest(code: pandastack_guest_protocol::ErrorCode, message: String) -
         Invalid => ApiError::BadRequest(message),
         Denied => ApiError::Forbidden(message),
         NoSpace => ApiError::InsufficientStorage(format!("sandbox disk is full: {message}")),
-        Version | Io | Kernel => ApiError::Internal(message),
+        Version | Io | Kernel | OutOfMemory => ApiError::Internal(message),
     }
 }

@@ -79,6 +79,16 @@ pub fn start(ctx: &Ctx, id: RequestId, req: Request) -> Result<(), OpError> {
     let worker = std::thread::Builder::new().spawn(move || {
         let (st, timed_out) = watch(&c, id, child, note_r, &status, deadline);
         c.execs.remove(id);
+        // Say why when the memory guard killed one of its processes (it exits 137 then).
+        if let Some(kill) = c.memory.killed_in_group(pgid, started) {
+            c.out.send_with(
+                &GuestMsg::Output {
+                    id,
+                    stream: OutputStream::Stderr,
+                },
+                crate::memory::exec_note(&kill).into_bytes(),
+            );
+        }
         let exit_code = st.map(exit_code).unwrap_or(-1);
         let duration_ms = started.elapsed().as_millis() as u64;
         c.out.send(&GuestMsg::Exited {

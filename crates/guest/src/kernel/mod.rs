@@ -44,6 +44,8 @@ pub struct Kernel {
     pub kernel_id: String,
     pub language: String,
     pub pid: u32,
+    /// When its process was started (kills of an older process of the same pid do not count).
+    pub started: std::time::Instant,
     jobs: Mutex<Option<Sender<Job>>>,
     status: Arc<Mutex<Status>>,
     stderr_tail: Arc<Mutex<Vec<u8>>>,

@@ -76,6 +76,7 @@ pub fn start(
         ))
     })?;
     let pid = child.id();
+    let started = std::time::Instant::now();
     let stderr_tail = Arc::new(Mutex::new(Vec::new()));
     let attached = match (channel.try_clone(), child.stderr.take()) {
         (Ok(reader), Some(stderr)) => process::read_lines(reader, events_tx)
@@ -100,6 +101,7 @@ pub fn start(
         kernel_id: kernel_id.to_string(),
         language: language.to_string(),
         pid,
+        started,
         jobs: Mutex::new(Some(jobs_tx)),
         status,
         stderr_tail,
@@ -110,10 +112,10 @@ pub fn start(
             "kernel {kernel_id} already exists"
         )));
     }
-    let (out, k) = (ctx.out.clone(), Arc::clone(&kernel));
+    let (out, memory, k) = (ctx.out.clone(), ctx.memory.clone(), Arc::clone(&kernel));
     let spawned = std::thread::Builder::new()
         .name("kernel".into())
-        .spawn(move || worker::serve(&out, &k, channel, &events, jobs));
+        .spawn(move || worker::serve(&out, &memory, &k, channel, &events, jobs));
     if let Err(e) = spawned {
         kernel.mark_dead(format!("kernel worker failed to start: {e}"));
         kill_group(pid as i32);

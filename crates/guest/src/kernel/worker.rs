@@ -3,7 +3,8 @@
 //! At a run's `timeout_ms` the kernel gets SIGINT (KeyboardInterrupt inside the cell; the
 //! kernel keeps its state) and the run reports `timed_out`. If no reply comes
 //! [`INTERRUPT_GRACE_MS`] later, the kernel's process group is killed and the run, and every
-//! later one, answers `Error{Kernel}`.
+//! later one, answers `Error{Kernel}`. A kernel the memory guard killed answers its run with
+//! `Error{OutOfMemory}` (the host then starts a fresh kernel under the same id).
 
 use super::process::Event;
 use super::wire::{CellDone, RunCell};
@@ -11,8 +12,9 @@ use super::{Job, Kernel};
 use crate::channel::Out;
 use crate::error::OpError;
 use crate::exec::kill_group;
+use crate::memory::MemoryGuard;
 use crate::reaper::exit_code;
-use pandastack_guest_protocol::{Execution, GuestMsg};
+use pandastack_guest_protocol::{ErrorCode, Execution, GuestMsg};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -24,6 +26,7 @@ pub const INTERRUPT_GRACE_MS: u64 = 2000;
 /// Serves `jobs` until the queue is closed (kernel stopped and all queued runs answered).
 pub fn serve(
     out: &Out,
+    memory: &MemoryGuard,
     kernel: &Kernel,
     mut channel: UnixStream,
     events: &Receiver<Event>,
@@ -34,7 +37,8 @@ pub fn serve(
         seq += 1;
         let result = match kernel.dead() {
             Some(why) => Err(OpError::kernel(why)),
-            None => run_cell(kernel, &mut channel, events, seq, &job),
+            None => run_cell(kernel, &mut channel, events, seq, &job)
+                .map_err(|e| out_of_memory(memory, kernel).unwrap_or(e)),
         };
         kernel.touch();
         match result {
@@ -140,6 +144,20 @@ fn finish(done: CellDone, interrupted: bool, job: &Job) -> Execution {
         execution.timed_out = true;
     }
     execution
+}
+
+/// The error for a run whose kernel the memory guard killed (and marks the kernel dead with
+/// it), or None when it was not killed by the guard.
+fn out_of_memory(memory: &MemoryGuard, kernel: &Kernel) -> Option<OpError> {
+    let kill = memory.killed(kernel.pid as i32, kernel.started)?;
+    let why = format!(
+        "kernel killed: the sandbox ran out of memory (the kernel held {} MiB when {} of its {} MiB were in use)",
+        kill.rss_bytes >> 20,
+        kill.used_bytes >> 20,
+        kill.limit_bytes >> 20
+    );
+    super::lock(&kernel.status).dead = Some(why.clone());
+    Some(OpError::new(ErrorCode::OutOfMemory, why))
 }
 
 /// Marks the kernel dead and returns the error; waits briefly for the exit status when only

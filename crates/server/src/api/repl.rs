@@ -18,7 +18,7 @@ use axum::Json;
 use pandastack_api::{
     CodeContext, CreateContext, Execution, ReplKernel, ReplSession, ReplSessions, RunCode,
 };
-use pandastack_guest_protocol::{GuestMsg, HostMsg};
+use pandastack_guest_protocol::{ErrorCode, GuestMsg, HostMsg};
 use pandastack_store::{now_ms, ContextRow};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -196,10 +196,11 @@ async fn run(
         .ok_or_else(|| ApiError::NotFound(format!("code context {ctx} not found")))?;
     let msg = HostMsg::KernelRun {
         id: ready.conn.new_id(),
-        kernel_id: context.kernel_id,
+        kernel_id: context.kernel_id.clone(),
         code: req.code,
         timeout_ms: req.timeout_ms,
     };
+    let envs = ready.envs.clone();
     // The lifecycle gate is not held while the cell runs: a long cell must not block pause
     // or snapshot (a cell in flight is captured by a snapshot like any other process).
     let conn = ready.conn.clone();
@@ -232,11 +233,59 @@ async fn run(
                 duration_ms: e.duration_ms,
             }))
         }
+        (
+            GuestMsg::Error {
+                code: ErrorCode::OutOfMemory,
+                message,
+                ..
+            },
+            _,
+        ) => Ok(Json(
+            killed_for_memory(&conn, &context, envs, &message).await,
+        )),
         (GuestMsg::Error { code, message, .. }, _) => Err(from_guest(code, message)),
         (other, _) => Err(ApiError::internal(
             "kernel run",
             format!("unexpected reply {other:?}"),
         )),
+    }
+}
+
+/// The execution of a run whose kernel the guest's memory guard killed (issue 8 point 3: the
+/// sandbox lives on; the run reports a `MemoryError`): a fresh kernel is started under the
+/// same id, with the sandbox's environment, so the context's next run works (its variables
+/// are gone, and the error says so). A kernel that cannot be restarted is named in the error;
+/// the context's next run then answers the kernel's death.
+async fn killed_for_memory(
+    conn: &crate::guest::GuestConn,
+    context: &ContextRow,
+    envs: std::collections::BTreeMap<String, String>,
+    why: &str,
+) -> Execution {
+    let start = HostMsg::KernelStart {
+        id: conn.new_id(),
+        kernel_id: context.kernel_id.clone(),
+        language: context.language.clone(),
+        env: envs,
+    };
+    let restarted = match conn.call(start).await {
+        Ok((GuestMsg::KernelStarted { .. }, _)) => {
+            "a fresh kernel was started: variables and imports of earlier runs are gone".to_string()
+        }
+        Ok((GuestMsg::Error { message, .. }, _)) => {
+            format!("the kernel could not be restarted: {message}")
+        }
+        Ok((other, _)) => format!("the kernel could not be restarted: unexpected reply {other:?}"),
+        Err(e) => format!("the kernel could not be restarted: {e}"),
+    };
+    Execution {
+        results: Vec::new(),
+        stdout: String::new(),
+        stderr: String::new(),
+        error: Some(format!("MemoryError: {why}; {restarted}")),
+        exit: 1,
+        exit_code: 1,
+        duration_ms: 0,
     }
 }
 

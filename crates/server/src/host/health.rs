@@ -9,11 +9,16 @@
 //! event naming the cause (`oom`), and requests to it answer 409 `sandbox failed: out of
 //! memory` at once").
 //!
+//! The ping's answer also carries the processes the guest's memory guard killed (one process
+//! dies instead of the whole sandbox, issue 8 point 3): each becomes a sandbox event whose
+//! cause starts with `oom`.
+//!
 //! [`Engine::exit`]: pandastack_engine::Engine::exit
 
 use super::Host;
 use pandastack_engine::InstanceStatus;
-use pandastack_guest_protocol::{GuestMsg, HostMsg};
+use pandastack_guest_protocol::{GuestMsg, HostMsg, OomKill};
+use pandastack_store::now_ms;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
@@ -132,11 +137,16 @@ impl Host {
             live.record_cpu(stats.cpu_ns);
         }
         let mut ok = match live.probe_conn().await {
-            Ok(Some(conn)) => matches!(
-                tokio::time::timeout(PING_TIMEOUT, conn.call(HostMsg::Ping { id: conn.new_id() }))
-                    .await,
-                Ok(Ok((GuestMsg::Pong { .. }, _)))
-            ),
+            Ok(Some(conn)) => {
+                let ping = conn.call(HostMsg::Ping { id: conn.new_id() });
+                match tokio::time::timeout(PING_TIMEOUT, ping).await {
+                    Ok(Ok((GuestMsg::Pong { oom_kills, .. }, _))) => {
+                        self.record_oom_kills(live, &oom_kills).await;
+                        true
+                    }
+                    _ => false,
+                }
+            }
             // A request is connecting right now: no verdict this round.
             Ok(None) => return,
             Err(_) => false,
@@ -158,6 +168,36 @@ impl Host {
             warn!(sandbox_id = %live.id, failures, "sandbox unhealthy: marking failed");
             drop(_gate);
             self.fail(live, "health check failed").await;
+        }
+    }
+
+    /// Records one sandbox event per process the guest's memory guard killed (issue 8 point
+    /// 3): `running` -> `running` with the cause `oom: killed <name> (pid N, X MiB resident)
+    /// when the sandbox used Y of its Z MiB`. The kills come with the guest's `Pong`s, so an
+    /// event follows its kill within one probe period ([`PROBE_PERIOD`]).
+    async fn record_oom_kills(&self, live: &super::Live, kills: &[OomKill]) {
+        for k in kills {
+            let cause = format!(
+                "oom: killed {} (pid {}, {} MiB resident) when the sandbox used {} of its {} MiB",
+                k.name,
+                k.pid,
+                k.rss_bytes >> 20,
+                k.used_bytes >> 20,
+                k.limit_bytes >> 20
+            );
+            warn!(sandbox_id = %live.id, process = %k.name, pid = k.pid, rss_bytes = k.rss_bytes, "memory guard killed a process");
+            let workspace = live.row.lock().await.workspace_id.clone();
+            match self
+                .store
+                .insert_event(&workspace, &live.id, "running", "running", &cause, now_ms())
+                .await
+            {
+                Ok(ev) if !self.cfg.cluster => {
+                    let _ = self.events.send(ev);
+                }
+                Ok(_) => {}
+                Err(e) => warn!(sandbox_id = %live.id, error = %e, "recording an oom kill"),
+            }
         }
     }
 }

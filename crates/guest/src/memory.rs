@@ -1,0 +1,389 @@
+//! The memory guard: when the sandbox runs out of memory, one process dies, not the sandbox.
+//!
+//! gVisor has no OOM killer of its own (runsc 20240729: its cgroupfs `memory.limit_in_bytes`
+//! is a stub, `oom_score` is a constant, `--total-memory` only sets the `MemTotal` the sandbox
+//! reports). The only limit is the host's memory cgroup around the whole sandbox, and the host
+//! kernel's OOM killer then ends the sentry: every process and kernel of the sandbox at once.
+//! So the guest watches the memory use the sentry reports and acts first (issue 8 point 3:
+//! "a process over the limit is killed alone inside the sandbox").
+//!
+//! # Rule
+//! The guard reads `/proc/meminfo` ([`poll_interval`]: the sooner the nearer the limit): the limit is `MemTotal` (runsc sets it
+//! to the memory cgroup's limit when the sandbox starts, i.e. the create's `memory_mb`; the
+//! host raises the cgroup itself by a headroom afterwards, see
+//! `pandastack_gvisor::cgroup::SENTRY_HEADROOM_BYTES`) and the use is `MemTotal -
+//! MemAvailable` (application memory, page cache of the sandbox's files, tmpfs such as
+//! `/dev/shm`). When the use passes `MemTotal - `[`margin`], it SIGKILLs the user process with
+//! the largest resident set (never itself, PID 1), records the kill ([`OomKill`]: reported to
+//! the host in the next `Pong`, which records a sandbox event naming the process and `oom`),
+//! and waits until the victim is gone before it looks again. An exec whose process was killed
+//! exits 137 (128 + SIGKILL) and gets a line on stderr saying why; a kernel that was killed
+//! answers its run with `OutOfMemory`.
+//!
+//! The numbers behind [`MAX_GROWTH_BYTES_PER_MS`], [`margin`] and the host's headroom were
+//! measured here (ptrace platform, 2 loaded cores); see `docs/ARCHITECTURE.md` ("Memory
+//! guard").
+
+use pandastack_guest_protocol::OomKill;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Fastest growth of memory use the guard plans for, bytes per ms (2 MiB/ms). Measured here:
+/// a Python loop touching 1 MiB blocks, or one `bytearray(100 MiB)`, grows by 0.8-1.2 MiB/ms
+/// under gVisor's ptrace platform (every new page is a fault the sentry serves).
+pub const MAX_GROWTH_BYTES_PER_MS: u64 = 2 * 1024 * 1024;
+/// Shortest pause between two looks, ms (near the limit).
+pub const MIN_POLL_MS: u64 = 10;
+/// Longest pause between two looks, ms (far below the limit). A look costs ~0.3 ms of sentry
+/// time (measured), so an idle sandbox pays ~0.1 % of a core for its guard.
+pub const MAX_POLL_MS: u64 = 250;
+/// The guard acts at `MemTotal - margin`; the margin is this share of `MemTotal`...
+pub const MARGIN_DIVISOR: u64 = 32;
+/// ...but at least this many bytes (16 MiB).
+pub const MIN_MARGIN_BYTES: u64 = 16 * 1024 * 1024;
+/// Longest wait for a killed process to be gone before the guard looks again, ms.
+pub const VICTIM_WAIT_MS: u64 = 2000;
+/// Kills remembered for execs and kernels asking whether theirs was one.
+const REMEMBERED: usize = 64;
+
+/// The bytes below `MemTotal` at which the guard acts: `total / 32`, at least 16 MiB.
+pub fn margin(total_bytes: u64) -> u64 {
+    (total_bytes / MARGIN_DIVISOR).max(MIN_MARGIN_BYTES)
+}
+
+/// How long the guard may sleep when `used` bytes of a limit that acts at `threshold` bytes
+/// are in use: the time the fastest allocation ([`MAX_GROWTH_BYTES_PER_MS`]) needs to reach
+/// the threshold, within [`MIN_POLL_MS`]..=[`MAX_POLL_MS`].
+pub fn poll_interval(used: u64, threshold: u64) -> Duration {
+    let ms = threshold.saturating_sub(used) / MAX_GROWTH_BYTES_PER_MS;
+    Duration::from_millis(ms.clamp(MIN_POLL_MS, MAX_POLL_MS))
+}
+
+/// One kill: who, in which process group, when, and what the host is told.
+#[derive(Debug, Clone)]
+struct Kill {
+    pid: i32,
+    pgid: i32,
+    at: Instant,
+    report: OomKill,
+}
+
+#[derive(Default)]
+struct Kills {
+    recent: VecDeque<Kill>,
+    unreported: Vec<OomKill>,
+}
+
+/// The guard's record of its kills; the thread itself is started by [`MemoryGuard::start`].
+#[derive(Default)]
+pub struct MemoryGuard {
+    kills: Mutex<Kills>,
+}
+
+impl MemoryGuard {
+    /// Starts the guard thread (only in a sandbox: as PID 1, where every other process is the
+    /// sandbox's; outside one it would kill host processes). Logs and carries on when the
+    /// thread cannot start: the sandbox then has only the host's whole-sandbox limit.
+    pub fn start(self: &Arc<Self>) {
+        let guard = Arc::clone(self);
+        let started = std::thread::Builder::new()
+            .name("memory-guard".into())
+            .spawn(move || guard.watch());
+        if let Err(e) = started {
+            glog!("cannot start the memory guard: {e}");
+        }
+    }
+
+    /// The kill of process `pid` at or after `since`, if the guard killed it.
+    pub fn killed(&self, pid: i32, since: Instant) -> Option<OomKill> {
+        self.find(|k| k.pid == pid && k.at >= since)
+    }
+
+    /// The first kill of a process in group `pgid` at or after `since` (an exec's processes
+    /// share its group).
+    pub fn killed_in_group(&self, pgid: i32, since: Instant) -> Option<OomKill> {
+        self.find(|k| k.pgid == pgid && k.at >= since)
+    }
+
+    /// The kills not yet reported to the host, oldest first; each is returned once.
+    pub fn take_unreported(&self) -> Vec<OomKill> {
+        std::mem::take(&mut self.lock().unreported)
+    }
+
+    fn find(&self, want: impl Fn(&Kill) -> bool) -> Option<OomKill> {
+        self.lock()
+            .recent
+            .iter()
+            .find(|k| want(k))
+            .map(|k| k.report.clone())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Kills> {
+        match self.kills.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn record(&self, kill: Kill) {
+        let mut kills = self.lock();
+        kills.unreported.push(kill.report.clone());
+        if kills.unreported.len() > REMEMBERED {
+            kills.unreported.remove(0);
+        }
+        kills.recent.push_back(kill);
+        if kills.recent.len() > REMEMBERED {
+            kills.recent.pop_front();
+        }
+    }
+
+    fn watch(&self) {
+        let me = std::process::id() as i32;
+        let mut pause = Duration::from_millis(MIN_POLL_MS);
+        loop {
+            std::thread::sleep(pause);
+            let Some(mem) = read_meminfo() else {
+                pause = Duration::from_millis(MAX_POLL_MS);
+                continue;
+            };
+            let threshold = mem.total.saturating_sub(margin(mem.total));
+            pause = poll_interval(mem.used(), threshold);
+            if mem.used() < threshold {
+                continue;
+            }
+            let Some(victim) = largest_process(me) else {
+                continue; // only tmpfs holds the memory: nothing to kill
+            };
+            let report = OomKill {
+                pid: victim.pid as u32,
+                name: victim.name.clone(),
+                rss_bytes: victim.rss_bytes,
+                used_bytes: mem.used(),
+                limit_bytes: mem.total,
+                at_ms: now_ms(),
+            };
+            glog!(
+                "out of memory: killed {} (pid {}, {} MiB resident; {} of {} MiB in use)",
+                report.name,
+                report.pid,
+                report.rss_bytes >> 20,
+                report.used_bytes >> 20,
+                report.limit_bytes >> 20
+            );
+            // Recorded before the kill, so whoever sees the process die finds the reason.
+            self.record(Kill {
+                pid: victim.pid,
+                pgid: victim.pgid,
+                at: Instant::now(),
+                report,
+            });
+            // SAFETY: kill takes plain integers; the pid was just read from /proc and is not
+            // PID 1 (the guard's own process).
+            unsafe {
+                libc::kill(victim.pid, libc::SIGKILL);
+            }
+            wait_gone(victim.pid);
+        }
+    }
+}
+
+/// The line an exec's stderr gets when the guard killed one of its processes.
+pub fn exec_note(kill: &OomKill) -> String {
+    format!(
+        "pandastack: out of memory: killed {} (pid {}, {} MiB resident) when the sandbox used {} of its {} MiB\n",
+        kill.name,
+        kill.pid,
+        kill.rss_bytes >> 20,
+        kill.used_bytes >> 20,
+        kill.limit_bytes >> 20
+    )
+}
+
+/// `MemTotal` and `MemAvailable` of `/proc/meminfo`, bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemInfo {
+    pub total: u64,
+    pub available: u64,
+}
+
+impl MemInfo {
+    /// Bytes in use: `total - available`.
+    pub fn used(&self) -> u64 {
+        self.total.saturating_sub(self.available)
+    }
+}
+
+fn read_meminfo() -> Option<MemInfo> {
+    parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+/// Parses the `MemTotal:` and `MemAvailable:` lines (kB) of a `/proc/meminfo` text.
+pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+    };
+    Some(MemInfo {
+        total: field("MemTotal:")? * 1024,
+        available: field("MemAvailable:")? * 1024,
+    })
+}
+
+/// A process the guard may kill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Candidate {
+    pid: i32,
+    pgid: i32,
+    name: String,
+    rss_bytes: u64,
+}
+
+/// The process with the largest resident set other than `me`, if any has one.
+fn largest_process(me: i32) -> Option<Candidate> {
+    let page = page_size();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me && pid > 1)
+        .filter_map(|pid| {
+            let dir = format!("/proc/{pid}");
+            let statm = std::fs::read_to_string(format!("{dir}/statm")).ok()?;
+            let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
+            let (name, pgid) = parse_stat(&stat)?;
+            let rss_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+            Some(Candidate {
+                pid,
+                pgid,
+                name,
+                rss_bytes: rss_pages * page,
+            })
+        })
+        .filter(|c| c.rss_bytes > 0)
+        .max_by_key(|c| c.rss_bytes)
+}
+
+/// The command name and process group of a `/proc/<pid>/stat` line (`pid (comm) state ppid
+/// pgrp ...`; the name may hold spaces and parentheses, so it ends at the last `)`).
+fn parse_stat(stat: &str) -> Option<(String, i32)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let name = stat.get(open + 1..close)?.to_string();
+    let pgid = stat
+        .get(close + 1..)?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()?;
+    Some((name, pgid))
+}
+
+/// Waits until `pid` no longer exists or is a zombie (its memory is freed then), at most
+/// [`VICTIM_WAIT_MS`].
+fn wait_gone(pid: i32) {
+    let deadline = Instant::now() + Duration::from_millis(VICTIM_WAIT_MS);
+    while Instant::now() < deadline {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                Some(
+                    s.get(s.rfind(')')? + 1..)?
+                        .split_whitespace()
+                        .next()?
+                        .to_string(),
+                )
+            });
+        match state.as_deref() {
+            None | Some("Z") | Some("X") => return,
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf takes an integer and reads no memory of ours.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_gives_total_and_use_in_bytes() {
+        let text = "MemTotal:         524288 kB\nMemFree:          100000 kB\nMemAvailable:     100000 kB\nCached: 5 kB\n";
+        let m = parse_meminfo(text).expect("parses");
+        assert_eq!(m.total, 512 * 1024 * 1024);
+        assert_eq!(m.used(), (524_288 - 100_000) * 1024);
+        assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn margin_is_a_share_of_the_limit_with_a_floor() {
+        assert_eq!(margin(512 << 20), 16 << 20);
+        assert_eq!(margin(4096 << 20), 128 << 20);
+        assert_eq!(margin(128 << 20), MIN_MARGIN_BYTES);
+    }
+
+    #[test]
+    fn the_guard_looks_sooner_the_nearer_the_limit() {
+        let t = 496 << 20;
+        assert_eq!(poll_interval(0, t), Duration::from_millis(MAX_POLL_MS));
+        assert_eq!(poll_interval(t - (100 << 20), t), Duration::from_millis(50));
+        assert_eq!(
+            poll_interval(t - (4 << 20), t),
+            Duration::from_millis(MIN_POLL_MS)
+        );
+        assert_eq!(poll_interval(t + 1, t), Duration::from_millis(MIN_POLL_MS));
+    }
+
+    #[test]
+    fn stat_names_survive_spaces_and_parentheses() {
+        let line = "42 (my (odd) prog) R 1 40 40 0 -1 4194304 0 0";
+        assert_eq!(parse_stat(line), Some(("my (odd) prog".to_string(), 40)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn kills_are_found_by_pid_and_group_and_reported_once() {
+        let g = MemoryGuard::default();
+        let before = Instant::now();
+        let report = OomKill {
+            pid: 7,
+            name: "python3".into(),
+            rss_bytes: 1 << 29,
+            used_bytes: 500 << 20,
+            limit_bytes: 512 << 20,
+            at_ms: 1,
+        };
+        g.record(Kill {
+            pid: 7,
+            pgid: 5,
+            at: Instant::now(),
+            report: report.clone(),
+        });
+        assert_eq!(g.killed(7, before), Some(report.clone()));
+        assert_eq!(g.killed_in_group(5, before), Some(report.clone()));
+        assert_eq!(g.killed(8, before), None);
+        assert_eq!(g.killed(7, Instant::now() + Duration::from_secs(1)), None);
+        assert_eq!(g.take_unreported(), vec![report]);
+        assert!(g.take_unreported().is_empty());
+        assert!(exec_note(&g.killed(7, before).expect("kept"))
+            .contains("killed python3 (pid 7, 512 MiB resident)"));
+    }
+}
