@@ -91,23 +91,35 @@ pub fn stats(id: &str) -> InstanceStats {
 /// (`--memory-overcommit`) counts `memory_mb` only.
 pub const SENTRY_HEADROOM_BYTES: u64 = 256 * 1024 * 1024;
 
-/// Sets instance `id`'s memory cgroup limit to `memory_bytes` + [`SENTRY_HEADROOM_BYTES`].
-/// Returns `Ok(false)` when it has no memory cgroup (runsc made none).
+/// Sets instance `id`'s memory cgroup limit to `memory_bytes` + [`SENTRY_HEADROOM_BYTES`]
+/// once runsc has set it up, waiting up to `wait` for that: runsc makes the cgroup and writes
+/// its limit before it moves the sandbox's first process in (runsc/cgroup `Install`), so the
+/// limit is written once `cgroup.procs` lists a process (earlier, runsc would overwrite it).
+/// Returns `Ok(false)` when no populated memory cgroup appeared within `wait`.
 ///
 /// # Errors
 /// I/O errors writing `memory.limit_in_bytes`.
-pub fn add_headroom(id: &str, memory_bytes: u64) -> std::io::Result<bool> {
-    let Some(d) = dir("memory", id) else {
-        return Ok(false);
+pub fn add_headroom(
+    id: &str,
+    memory_bytes: u64,
+    wait: std::time::Duration,
+) -> std::io::Result<bool> {
+    let deadline = std::time::Instant::now() + wait;
+    let d = loop {
+        let populated = dir("memory", id).filter(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+        });
+        if let Some(d) = populated {
+            break d;
+        }
+        if std::time::Instant::now() > deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
     };
     let limit = memory_bytes.saturating_add(SENTRY_HEADROOM_BYTES);
     std::fs::write(d.join("memory.limit_in_bytes"), limit.to_string())?;
     Ok(true)
-}
-
-/// Instance `id`'s memory cgroup limit (`memory.limit_in_bytes`), bytes; None without one.
-pub fn memory_limit(id: &str) -> Option<u64> {
-    read_u64(&dir("memory", id)?.join("memory.limit_in_bytes"))
 }
 
 /// Removes the instance's cgroup directories that runsc left behind (they are empty once its

@@ -793,16 +793,28 @@ impl Engine for GvisorEngine {
 
 impl GvisorEngine {
     /// Raises instance `id`'s memory cgroup by [`cgroup::SENTRY_HEADROOM_BYTES`] over its
-    /// `memory_mb` once runsc has made it, so the guest's memory guard acts before the host
-    /// kills the sandbox (issue 8 point 3). A failure is logged: the sandbox then runs with
-    /// runsc's limit, and an overrun ends it whole (the death watch reports it).
+    /// `memory_mb` once runsc has made it (on a thread of its own: a one-stage start returns
+    /// when the guest socket is up, before runsc has made the cgroup), so the guest's memory
+    /// guard acts before the host kills the sandbox (issue 8 point 3). A failure is logged: the
+    /// sandbox then runs with runsc's limit, and an overrun ends it whole (the death watch
+    /// reports it).
     fn add_memory_headroom(id: &str, memory_mb: u32) {
-        match cgroup::add_headroom(id, u64::from(memory_mb) * 1024 * 1024) {
-            Ok(true) => {}
-            Ok(false) => debug!(instance_id = %id, "no memory cgroup to give headroom"),
-            Err(e) => {
-                warn!(instance_id = %id, error = %e, "cannot give the memory cgroup its headroom")
+        let id = id.to_string();
+        let raise = move || {
+            let bytes = u64::from(memory_mb) * 1024 * 1024;
+            match cgroup::add_headroom(&id, bytes, START_TIMEOUT) {
+                Ok(true) => {}
+                Ok(false) => warn!(instance_id = %id, "no memory cgroup appeared to give headroom"),
+                Err(e) => {
+                    warn!(instance_id = %id, error = %e, "cannot give the memory cgroup its headroom")
+                }
             }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("cgroup-headroom".into())
+            .spawn(raise)
+        {
+            warn!(error = %e, "cannot start the memory headroom thread");
         }
     }
 
