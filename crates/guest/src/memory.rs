@@ -343,7 +343,8 @@ mod tests {
     #[test]
     fn the_guard_looks_sooner_the_nearer_the_limit() {
         let t = 496 << 20;
-        assert_eq!(poll_interval(0, t), Duration::from_millis(MAX_POLL_MS));
+        assert_eq!(poll_interval(0, t), Duration::from_millis(248));
+        assert_eq!(poll_interval(0, 4096 << 20), Duration::from_millis(MAX_POLL_MS));
         assert_eq!(poll_interval(t - (100 << 20), t), Duration::from_millis(50));
         assert_eq!(
             poll_interval(t - (4 << 20), t),
