@@ -163,7 +163,10 @@ pub struct OomKill {
     pub pid: u32,
     /// Its command name (`/proc/<pid>/comm`, at most 15 bytes).
     pub name: String,
-    /// Its resident memory when it was killed, bytes.
+    /// Processes killed: 1, or more when the guard killed `pid`'s whole process group (many
+    /// small processes, such as a fork loop).
+    pub processes: u32,
+    /// Their resident memory when killed, bytes (pages shared between them counted in each).
     pub rss_bytes: u64,
     /// The sandbox's memory use (`MemTotal - MemAvailable` of its /proc/meminfo) then, bytes.
     pub used_bytes: u64,
@@ -171,6 +174,35 @@ pub struct OomKill {
     pub limit_bytes: u64,
     /// When, Unix ms.
     pub at_ms: u64,
+}
+
+impl OomKill {
+    /// `killed <name> (pid N, X MiB resident) when the sandbox used Y of its Z MiB` (or
+    /// `killed <name> (pid N) and K more processes of its group (X MiB resident together) ...`):
+    /// the text of an exec's stderr note and of the sandbox event's cause.
+    pub fn describe(&self) -> String {
+        let who = if self.processes > 1 {
+            format!(
+                "{} (pid {}) and {} more processes of its group ({} MiB resident together)",
+                self.name,
+                self.pid,
+                self.processes - 1,
+                self.rss_bytes >> 20
+            )
+        } else {
+            format!(
+                "{} (pid {}, {} MiB resident)",
+                self.name,
+                self.pid,
+                self.rss_bytes >> 20
+            )
+        };
+        format!(
+            "killed {who} when the sandbox used {} of its {} MiB",
+            self.used_bytes >> 20,
+            self.limit_bytes >> 20
+        )
+    }
 }
 
 /// One directory entry or stat result.

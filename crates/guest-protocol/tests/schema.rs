@@ -110,6 +110,7 @@ fn pong_carries_oom_kills_only_when_there_are_some() {
     let kill = OomKill {
         pid: 9,
         name: "python3".into(),
+        processes: 1,
         rss_bytes: 1,
         used_bytes: 2,
         limit_bytes: 3,
@@ -121,6 +122,6 @@ fn pong_carries_oom_kills_only_when_there_are_some() {
     };
     assert_eq!(
         json(&with),
-        r#"{"type":"pong","id":3,"oom_kills":[{"pid":9,"name":"python3","rss_bytes":1,"used_bytes":2,"limit_bytes":3,"at_ms":4}]}"#
+        r#"{"type":"pong","id":3,"oom_kills":[{"pid":9,"name":"python3","processes":1,"rss_bytes":1,"used_bytes":2,"limit_bytes":3,"at_ms":4}]}"#
     );
 }

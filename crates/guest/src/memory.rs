@@ -65,6 +65,8 @@ pub fn poll_interval(used: u64, threshold: u64) -> Duration {
 struct Kill {
     pid: i32,
     pgid: i32,
+    /// The whole process group `pgid` was killed.
+    group: bool,
     at: Instant,
     report: OomKill,
 }
@@ -95,9 +97,10 @@ impl MemoryGuard {
         }
     }
 
-    /// The kill of process `pid` at or after `since`, if the guard killed it.
+    /// The kill of process `pid` at or after `since`, if the guard killed it (alone, or with
+    /// the process group it leads).
     pub fn killed(&self, pid: i32, since: Instant) -> Option<OomKill> {
-        self.find(|k| k.pid == pid && k.at >= since)
+        self.find(|k| (k.pid == pid || (k.group && k.pgid == pid)) && k.at >= since)
     }
 
     /// The first kill of a process in group `pgid` at or after `since` (an exec's processes
@@ -152,52 +155,45 @@ impl MemoryGuard {
             if mem.used() < threshold {
                 continue;
             }
-            let Some(victim) = largest_process(me) else {
+            let Some(victim) = choose(&processes(me)) else {
                 continue; // only tmpfs holds the memory: nothing to kill
             };
             let report = OomKill {
-                pid: victim.pid as u32,
-                name: victim.name.clone(),
+                pid: victim.lead.pid as u32,
+                name: victim.lead.name.clone(),
+                processes: victim.processes,
                 rss_bytes: victim.rss_bytes,
                 used_bytes: mem.used(),
                 limit_bytes: mem.total,
                 at_ms: now_ms(),
             };
-            glog!(
-                "out of memory: killed {} (pid {}, {} MiB resident; {} of {} MiB in use)",
-                report.name,
-                report.pid,
-                report.rss_bytes >> 20,
-                report.used_bytes >> 20,
-                report.limit_bytes >> 20
-            );
+            glog!("{}", exec_note(&report).trim_end());
             // Recorded before the kill, so whoever sees the process die finds the reason.
             self.record(Kill {
-                pid: victim.pid,
-                pgid: victim.pgid,
+                pid: victim.lead.pid,
+                pgid: victim.lead.pgid,
+                group: victim.group,
                 at: Instant::now(),
                 report,
             });
-            // SAFETY: kill takes plain integers; the pid was just read from /proc and is not
-            // PID 1 (the guard's own process).
-            unsafe {
-                libc::kill(victim.pid, libc::SIGKILL);
+            if victim.group {
+                kill_group_until_gone(victim.lead.pgid);
+            } else {
+                // SAFETY: kill takes plain integers; the pid was just read from /proc and is
+                // not PID 1 (the guard's own process).
+                unsafe {
+                    libc::kill(victim.lead.pid, libc::SIGKILL);
+                }
+                wait_gone(victim.lead.pid);
             }
-            wait_gone(victim.pid);
         }
     }
 }
 
-/// The line an exec's stderr gets when the guard killed one of its processes.
+/// The line an exec's stderr gets (and the guest logs) when the guard killed one of its
+/// processes, or its whole process group.
 pub fn exec_note(kill: &OomKill) -> String {
-    format!(
-        "pandastack: out of memory: killed {} (pid {}, {} MiB resident) when the sandbox used {} of its {} MiB\n",
-        kill.name,
-        kill.pid,
-        kill.rss_bytes >> 20,
-        kill.used_bytes >> 20,
-        kill.limit_bytes >> 20
-    )
+    format!("pandastack: out of memory: {}\n", kill.describe())
 }
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`, bytes.
@@ -245,12 +241,13 @@ struct Candidate {
     rss_bytes: u64,
 }
 
-/// The process with the largest resident set other than `me`, if any has one.
-fn largest_process(me: i32) -> Option<Candidate> {
+/// Every process but `me` and PID 1 with its resident set.
+fn processes(me: i32) -> Vec<Candidate> {
     let page = page_size();
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(Result::ok)
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me && pid > 1)
         .filter_map(|pid| {
@@ -267,7 +264,54 @@ fn largest_process(me: i32) -> Option<Candidate> {
             })
         })
         .filter(|c| c.rss_bytes > 0)
-        .max_by_key(|c| c.rss_bytes)
+        .collect()
+}
+
+/// What the guard kills: the largest process alone, or its whole process group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Victim {
+    /// The group's largest process (the one killed when `group` is false).
+    lead: Candidate,
+    group: bool,
+    /// Processes killed.
+    processes: u32,
+    /// Their resident memory together, bytes (shared pages counted in each).
+    rss_bytes: u64,
+}
+
+/// The rule: the process group holding the most resident memory (an exec's or a kernel's
+/// processes share one) is the culprit. Its largest process is killed alone when it holds at
+/// least half of the group's memory (one hog: its shell and siblings live on); else the whole
+/// group is (many small processes, such as a fork loop, where killing one at a time cannot keep
+/// up with new forks). Groups 0 and 1 are never killed whole (PID 1's own).
+fn choose(procs: &[Candidate]) -> Option<Victim> {
+    let mut groups: std::collections::HashMap<i32, (u64, u32, &Candidate)> =
+        std::collections::HashMap::new();
+    for c in procs {
+        let g = groups.entry(c.pgid).or_insert((0, 0, c));
+        g.0 += c.rss_bytes;
+        g.1 += 1;
+        if c.rss_bytes > g.2.rss_bytes {
+            g.2 = c;
+        }
+    }
+    let (&pgid, &(sum, count, lead)) = groups.iter().max_by_key(|(_, g)| g.0)?;
+    let whole = pgid > 1 && count > 1 && lead.rss_bytes * 2 < sum;
+    Some(if whole {
+        Victim {
+            lead: lead.clone(),
+            group: true,
+            processes: count,
+            rss_bytes: sum,
+        }
+    } else {
+        Victim {
+            lead: lead.clone(),
+            group: false,
+            processes: 1,
+            rss_bytes: lead.rss_bytes,
+        }
+    })
 }
 
 /// The command name and process group of a `/proc/<pid>/stat` line (`pid (comm) state ppid
@@ -304,6 +348,41 @@ fn wait_gone(pid: i32) {
             None | Some("Z") | Some("X") => return,
             _ => std::thread::sleep(Duration::from_millis(5)),
         }
+    }
+}
+
+/// SIGKILLs process group `pgid` (> 1) until none of its processes is left alive (a fork in
+/// flight may add one after a kill), at most [`VICTIM_WAIT_MS`].
+fn kill_group_until_gone(pgid: i32) {
+    if pgid <= 1 {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_millis(VICTIM_WAIT_MS);
+    while Instant::now() < deadline {
+        // SAFETY: kill takes plain integers; a negative pid addresses group `pgid` (> 1, so
+        // never -1, "every process").
+        let sent = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        if sent != 0 {
+            return; // ESRCH: the group is gone
+        }
+        let alive = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .any(|stat| {
+                let after = stat
+                    .rfind(')')
+                    .and_then(|i| stat.get(i + 1..))
+                    .unwrap_or("");
+                let mut f = after.split_whitespace();
+                let state = f.next().unwrap_or("Z");
+                state != "Z" && state != "X" && f.nth(1).and_then(|g| g.parse().ok()) == Some(pgid)
+            });
+        if !alive {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -344,13 +423,67 @@ mod tests {
     fn the_guard_looks_sooner_the_nearer_the_limit() {
         let t = 496 << 20;
         assert_eq!(poll_interval(0, t), Duration::from_millis(248));
-        assert_eq!(poll_interval(0, 4096 << 20), Duration::from_millis(MAX_POLL_MS));
+        assert_eq!(
+            poll_interval(0, 4096 << 20),
+            Duration::from_millis(MAX_POLL_MS)
+        );
         assert_eq!(poll_interval(t - (100 << 20), t), Duration::from_millis(50));
         assert_eq!(
             poll_interval(t - (4 << 20), t),
             Duration::from_millis(MIN_POLL_MS)
         );
         assert_eq!(poll_interval(t + 1, t), Duration::from_millis(MIN_POLL_MS));
+    }
+
+    fn proc(pid: i32, pgid: i32, mib: u64) -> Candidate {
+        Candidate {
+            pid,
+            pgid,
+            name: format!("p{pid}"),
+            rss_bytes: mib << 20,
+        }
+    }
+
+    #[test]
+    fn one_hog_dies_alone_and_a_swarm_dies_as_a_group() {
+        // An exec's bash (4 MiB) and its python hog (480 MiB); a kernel (100 MiB).
+        let hog = [proc(10, 10, 4), proc(11, 10, 480), proc(20, 20, 100)];
+        let v = choose(&hog).expect("a victim");
+        assert_eq!((v.lead.pid, v.group, v.processes), (11, false, 1));
+        // A fork loop: 200 processes of 3 MiB in group 30 beat the 100 MiB kernel.
+        let mut swarm: Vec<Candidate> = (0..200).map(|i| proc(100 + i, 30, 3)).collect();
+        swarm.push(proc(20, 20, 100));
+        let v = choose(&swarm).expect("a victim");
+        assert_eq!((v.lead.pgid, v.group, v.processes), (30, true, 200));
+        assert_eq!(v.rss_bytes, 600 << 20);
+        // Orphans in PID 1's group are never killed as a group.
+        let orphans: Vec<Candidate> = (0..10).map(|i| proc(100 + i, 1, 3)).collect();
+        assert!(!choose(&orphans).expect("a victim").group);
+        assert_eq!(choose(&[]), None);
+    }
+
+    #[test]
+    fn a_group_kill_counts_for_its_leader() {
+        let g = MemoryGuard::default();
+        let before = Instant::now();
+        let report = OomKill {
+            pid: 31,
+            name: "python3".into(),
+            processes: 200,
+            rss_bytes: 600 << 20,
+            used_bytes: 500 << 20,
+            limit_bytes: 512 << 20,
+            at_ms: 1,
+        };
+        g.record(Kill {
+            pid: 31,
+            pgid: 30,
+            group: true,
+            at: Instant::now(),
+            report: report.clone(),
+        });
+        assert_eq!(g.killed(30, before), Some(report.clone()));
+        assert!(exec_note(&report).contains("killed python3 (pid 31) and 199 more processes of its group (600 MiB resident together)"));
     }
 
     #[test]
@@ -367,6 +500,7 @@ mod tests {
         let report = OomKill {
             pid: 7,
             name: "python3".into(),
+            processes: 1,
             rss_bytes: 1 << 29,
             used_bytes: 500 << 20,
             limit_bytes: 512 << 20,
@@ -375,6 +509,7 @@ mod tests {
         g.record(Kill {
             pid: 7,
             pgid: 5,
+            group: false,
             at: Instant::now(),
             report: report.clone(),
         });

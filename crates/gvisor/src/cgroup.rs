@@ -84,18 +84,20 @@ pub fn stats(id: &str) -> InstanceStats {
 /// (memory held by tmpfs files, not by a process) still reaches it and is OOM-killed whole.
 ///
 /// Measured here (runsc 20240729, ptrace): the cgroup holds ~14 MiB more than the sandbox's
-/// own use when idle, and ~0.6 MiB more per process (stub process and page tables), so ~150
-/// MiB at the sandbox's 256 processes (`config::NPROC_LIMIT`); an allocation loop grows by
+/// own use when idle, and ~0.6 MiB more per process (stub process, page tables, sentry
+/// heap), ~165 MiB with 256 busy processes (`config::nproc_limit` allows 128 at 512 MiB,
+/// one per 4 MiB); an allocation loop grows by
 /// up to ~1.2 MiB/ms, i.e. up to ~25 MiB past the guard's mark before its kill lands. 256 MiB
 /// covers the sum with room to spare. It is a ceiling, not a reservation: admission
 /// (`--memory-overcommit`) counts `memory_mb` only.
 pub const SENTRY_HEADROOM_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Sets instance `id`'s memory cgroup limit to `memory_bytes` + [`SENTRY_HEADROOM_BYTES`]
-/// once runsc has set it up, waiting up to `wait` for that: runsc makes the cgroup and writes
-/// its limit before it moves the sandbox's first process in (runsc/cgroup `Install`), so the
-/// limit is written once `cgroup.procs` lists a process (earlier, runsc would overwrite it).
-/// Returns `Ok(false)` when no populated memory cgroup appeared within `wait`.
+/// once the sandbox's sentry (`runsc-sandbox`) is in it, waiting up to `wait` for that. runsc
+/// writes the cgroup's limit, starts the gofer in it, then reads the limit back as the
+/// sentry's `--total-memory` (the sandbox's `MemTotal`) and starts the sentry: raised any
+/// earlier, the limit would be overwritten or become the sandbox's `MemTotal`.
+/// Returns `Ok(false)` when no sentry appeared in a memory cgroup of `id` within `wait`.
 ///
 /// # Errors
 /// I/O errors writing `memory.limit_in_bytes`.
@@ -106,9 +108,7 @@ pub fn add_headroom(
 ) -> std::io::Result<bool> {
     let deadline = std::time::Instant::now() + wait;
     let d = loop {
-        let populated = dir("memory", id).filter(|d| {
-            std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
-        });
+        let populated = dir("memory", id).filter(|d| holds_a_sentry(&d.join("cgroup.procs")));
         if let Some(d) = populated {
             break d;
         }
@@ -120,6 +120,22 @@ pub fn add_headroom(
     let limit = memory_bytes.saturating_add(SENTRY_HEADROOM_BYTES);
     std::fs::write(d.join("memory.limit_in_bytes"), limit.to_string())?;
     Ok(true)
+}
+
+/// Whether the `cgroup.procs` file at `procs` lists a process whose argv[0] is
+/// `runsc-sandbox` (the name runsc gives the sentry).
+fn holds_a_sentry(procs: &Path) -> bool {
+    std::fs::read_to_string(procs)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .any(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                c.split(|&b| b == 0)
+                    .next()
+                    .is_some_and(|argv0| argv0 == b"runsc-sandbox")
+            })
+        })
 }
 
 /// Removes the instance's cgroup directories that runsc left behind (they are empty once its

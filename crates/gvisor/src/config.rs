@@ -3,11 +3,23 @@
 use pandastack_engine::{SandboxSpec, VOLUMES_DIR};
 use serde_json::{json, Value};
 
-/// Soft and hard `RLIMIT_NPROC` inside the sandbox: a fork bomb hits this first and fails
-/// cleanly with EAGAIN (notes pitfall 9).
-pub const NPROC_LIMIT: u64 = 256;
+/// Memory per process the sandbox's process limit allows for, MiB: [`nproc_limit`].
+pub const MIB_PER_PROCESS: u32 = 4;
+/// Fewest and most processes a sandbox may have ([`nproc_limit`]).
+pub const NPROC_RANGE: (u64, u64) = (64, 1024);
+
+/// Soft and hard `RLIMIT_NPROC` inside a sandbox of `memory_mb`: one process per
+/// [`MIB_PER_PROCESS`] MiB within [`NPROC_RANGE`] (128 for 512 MiB). A fork bomb hits it and
+/// `fork` fails cleanly with EAGAIN (notes pitfall 9), and it stays within the sandbox's
+/// memory (issue 8 point 3): a Python `os.fork()` loop costs ~2.4 MiB per process under
+/// gVisor (measured: its copy-on-write pages), and its busy processes starve the guest's
+/// memory guard, so the limit, not the guard, must stop it.
+pub fn nproc_limit(memory_mb: u32) -> u64 {
+    (u64::from(memory_mb) / u64::from(MIB_PER_PROCESS)).clamp(NPROC_RANGE.0, NPROC_RANGE.1)
+}
+
 /// Host pids-cgroup limit. ptrace costs several host tasks per guest process, so this is far
-/// above [`NPROC_LIMIT`]; it only backstops a runaway sentry.
+/// above [`nproc_limit`]; it only backstops a runaway sentry.
 pub const HOST_PIDS_LIMIT: i64 = 8192;
 /// Where the guest directory is mounted inside the sandbox.
 pub const GUEST_MOUNT: &str = "/.pandastack";
@@ -36,8 +48,10 @@ pub const BUILD_CAPABILITIES: &[&str] = &[
 ];
 /// Bumped whenever the mounts of [`render`] change: a checkpoint restores only onto the mount
 /// layout it was taken with (a restore keeps the checkpoint's mount table), so images of an
-/// older layout must not be used (docs/ARCHITECTURE.md "Volumes").
-pub const MOUNT_LAYOUT: &str = "disk-m2";
+/// older layout must not be used (docs/ARCHITECTURE.md "Volumes"). Also bumped when the
+/// process limits change (a checkpoint keeps its processes' rlimits): `m3` made
+/// `RLIMIT_NPROC` follow the memory size ([`nproc_limit`]).
+pub const MOUNT_LAYOUT: &str = "disk-m3";
 
 /// Renders the OCI config for `spec`. The cgroup path is relative (`pandastack/<id>`), which
 /// runsc honours on these cgroup-v1 hosts (notes pitfall 12). `netns` is the network namespace
@@ -51,6 +65,7 @@ pub fn render(
     staging: Option<&std::path::Path>,
 ) -> Value {
     let memory_bytes = u64::from(spec.memory_mb) * 1024 * 1024;
+    let nproc = nproc_limit(spec.memory_mb);
     let network_ns = match netns {
         Some(path) => json!({"type": "network", "path": path}),
         None => json!({"type": "network"}),
@@ -79,7 +94,7 @@ pub fn render(
             ],
             "cwd": "/",
             "rlimits": [
-                {"type": "RLIMIT_NPROC", "hard": NPROC_LIMIT, "soft": NPROC_LIMIT},
+                {"type": "RLIMIT_NPROC", "hard": nproc, "soft": nproc},
                 {"type": "RLIMIT_NOFILE", "hard": 65536, "soft": 65536}
             ]
         },
@@ -146,7 +161,10 @@ mod tests {
         assert_eq!(v["mounts"][4]["destination"], "/mnt");
         assert_eq!(v["mounts"][4]["source"], "/m/sandbox/ps-00");
         assert_eq!(v["mounts"][4]["options"][2], "rslave");
-        assert_eq!(v["process"]["rlimits"][0]["hard"], NPROC_LIMIT);
+        assert_eq!(v["process"]["rlimits"][0]["hard"], 128);
+        assert_eq!(nproc_limit(128), 64);
+        assert_eq!(nproc_limit(2048), 512);
+        assert_eq!(nproc_limit(65536), 1024);
         assert_eq!(v["linux"]["namespaces"][4], json!({"type": "network"}));
         let joined = render(
             &spec,

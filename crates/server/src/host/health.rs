@@ -172,19 +172,12 @@ impl Host {
     }
 
     /// Records one sandbox event per process the guest's memory guard killed (issue 8 point
-    /// 3): `running` -> `running` with the cause `oom: killed <name> (pid N, X MiB resident)
-    /// when the sandbox used Y of its Z MiB`. The kills come with the guest's `Pong`s, so an
+    /// 3): `running` -> `running` with the cause `oom: ` + [`OomKill::describe`] (`oom: killed
+    /// <name> (pid N, X MiB resident) when the sandbox used Y of its Z MiB`). The kills come with the guest's `Pong`s, so an
     /// event follows its kill within one probe period ([`PROBE_PERIOD`]).
     async fn record_oom_kills(&self, live: &super::Live, kills: &[OomKill]) {
         for k in kills {
-            let cause = format!(
-                "oom: killed {} (pid {}, {} MiB resident) when the sandbox used {} of its {} MiB",
-                k.name,
-                k.pid,
-                k.rss_bytes >> 20,
-                k.used_bytes >> 20,
-                k.limit_bytes >> 20
-            );
+            let cause = format!("oom: {}", k.describe());
             warn!(sandbox_id = %live.id, process = %k.name, pid = k.pid, rss_bytes = k.rss_bytes, "memory guard killed a process");
             let workspace = live.row.lock().await.workspace_id.clone();
             match self
