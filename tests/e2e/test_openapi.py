@@ -119,6 +119,10 @@ def test_fuzz_every_operation_from_the_description(server, tmp_path):
         # fields and the server's templates, which no schema can state; any other size is a 400.
         '[[operations]]\ninclude-operation-id = "create_sandbox"\n'
         'checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "429", "503"]\n'
+        # A fork's `host` hint must name a host of the cluster (issue 12), a rule against the
+        # registered hosts no schema can state; any other name is a 400 naming the field.
+        '[[operations]]\ninclude-operation-id = "fork_sandbox"\n'
+        'checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "429", "503"]\n'
         # A build's name must not be a built-in's or a route's, and it needs a dockerfile or a
         # rootfs part: rules no form schema states (issue 13); both are 400s naming the field.
         '[[operations]]\ninclude-operation-id = "build_template"\n'

@@ -3,8 +3,8 @@
 use utoipa::openapi::schema::{Object, ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::RefOr;
 
-/// An environment map: string values, names neither empty nor containing `=` or NUL (the
-/// server's check).
+/// An environment map: names neither empty nor containing `=` or NUL, values without NUL
+/// (the server's check: execve cannot carry a NUL).
 pub fn env_map() -> Object {
     ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
@@ -12,7 +12,10 @@ pub fn env_map() -> Object {
             Type::Null,
         ]))
         .additional_properties(Some(RefOr::T(Schema::Object(
-            ObjectBuilder::new().schema_type(Type::String).build(),
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[^\\x00]*$"))
+                .build(),
         ))))
         .property_names(Some(
             ObjectBuilder::new()
