@@ -7,7 +7,7 @@
 
 use super::{operations, CreateSpec, Host, Live};
 use crate::error::ApiError;
-use pandastack_store::{now_ms, SnapshotRow};
+use pandastack_store::SnapshotRow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -137,24 +137,7 @@ impl Host {
         }
         crate::metrics::observe("fork_pause", paused);
         let r = parent.snapshot_row().await;
-        let base = SnapshotRow {
-            id: tree_id.to_string(),
-            workspace_id: r.workspace_id.clone(),
-            sandbox_id: r.id.clone(),
-            template: r.template.clone(),
-            template_generation: r.template_generation,
-            cpu: r.cpu,
-            memory_mb: r.memory_mb,
-            rootfs: r.rootfs.clone(),
-            guest_dir: r.guest_dir.clone(),
-            image_dir: image.display().to_string(),
-            size_bytes: 0,
-            kernels: serde_json::Value::Null,
-            created_at: now_ms(),
-            disk_mb: r.disk_mb,
-            host: self.cfg.host_name.clone(),
-            volumes: inherited.clone(),
-        };
+        let base = self.capture_row(&r, tree_id, image, inherited.clone());
         let mut md = metadata;
         md.insert("parent_id".into(), r.id.clone());
         md.insert("fork_tree_id".into(), tree_id.to_string());

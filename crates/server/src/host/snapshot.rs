@@ -97,25 +97,9 @@ impl Host {
         let image = self.cfg.data_dir.join("snapshots").join(&id);
         let partial = operations::partial_dir(&image);
         let r = live.snapshot_row().await;
-        let mut row = SnapshotRow {
-            id: id.clone(),
-            workspace_id: r.workspace_id.clone(),
-            sandbox_id: r.id.clone(),
-            template: r.template.clone(),
-            template_generation: r.template_generation,
-            cpu: r.cpu,
-            memory_mb: r.memory_mb,
-            rootfs: r.rootfs.clone(),
-            guest_dir: r.guest_dir.clone(),
-            image_dir: image.display().to_string(),
-            size_bytes: 0,
-            kernels: serde_json::Value::Null,
-            created_at: now_ms(),
-            disk_mb: r.disk_mb,
-            host: self.cfg.host_name.clone(),
-            // Not copied (external state, like a database): a restore attaches them again.
-            volumes: r.volumes.clone(),
-        };
+        // Volumes are not copied (external state, like a database): a restore attaches them
+        // again.
+        let mut row = self.capture_row(&r, &id, &image, r.volumes.clone());
         // Crash-safe: the intent is recorded first, the image is written beside its final
         // place and renamed once complete (operations.rs).
         let detail = serde_json::to_value(&row).map_err(|e| ApiError::internal("snapshot", e))?;
@@ -297,6 +281,36 @@ impl Host {
         };
         self.create_from_image(&spec, &base, &image, "snapshot")
             .await
+    }
+
+    /// The snapshot row of a capture of sandbox `r` into `image` under `id` (a snapshot, or
+    /// a fork tree's shared capture), on this host, holding `volumes`; its size and kernels
+    /// are filled in once the image is written.
+    pub(super) fn capture_row(
+        &self,
+        r: &pandastack_store::SandboxRow,
+        id: &str,
+        image: &Path,
+        volumes: Vec<pandastack_store::SandboxVolume>,
+    ) -> SnapshotRow {
+        SnapshotRow {
+            id: id.to_string(),
+            workspace_id: r.workspace_id.clone(),
+            sandbox_id: r.id.clone(),
+            template: r.template.clone(),
+            template_generation: r.template_generation,
+            cpu: r.cpu,
+            memory_mb: r.memory_mb,
+            rootfs: r.rootfs.clone(),
+            guest_dir: r.guest_dir.clone(),
+            image_dir: image.display().to_string(),
+            size_bytes: 0,
+            kernels: serde_json::Value::Null,
+            created_at: now_ms(),
+            disk_mb: r.disk_mb,
+            host: self.cfg.host_name.clone(),
+            volumes,
+        }
     }
 
     /// Removes this host's cached copies of image `id` (a deleted snapshot).
