@@ -334,6 +334,10 @@ pub trait Engine: Send + Sync + 'static {
     /// leak checks.
     fn targets_held(&self) -> usize;
 
+    /// Containers made in advance that are ready to take a restore now (not counting those
+    /// still being made).
+    fn targets_ready(&self) -> usize;
+
     /// Graceful stop of the server, after it destroyed its own transient instances (the warm
     /// pool): the engine drops what it made ahead of time and, when no instance lives on
     /// (`instances_remain` false), its host-wide state too (firewall table). Instances that

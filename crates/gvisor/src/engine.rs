@@ -766,6 +766,10 @@ impl Engine for GvisorEngine {
         self.targets.held()
     }
 
+    fn targets_ready(&self) -> usize {
+        self.targets.ready()
+    }
+
     async fn shutdown(&self, instances_remain: bool) {
         while self
             .targets

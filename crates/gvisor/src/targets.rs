@@ -118,6 +118,11 @@ impl Targets {
         ready + making
     }
 
+    /// Targets ready to take a restore.
+    pub fn ready(&self) -> usize {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Every ready target, removed from the stock (at shutdown).
     pub fn drain(&self) -> Vec<Target> {
         self.closed.store(true, Ordering::SeqCst);

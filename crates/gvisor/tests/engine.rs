@@ -622,11 +622,7 @@ async fn restores_land_on_containers_made_in_advance() {
 
     engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while engine.targets_held() < 1
-        || names_with(&work.join("instances").display().to_string(), "ps-")
-            .iter()
-            .all(|d| !work.join("instances").join(d).join("created").exists())
-    {
+    while engine.targets_ready() < 1 {
         assert!(
             std::time::Instant::now() < deadline,
             "no restore target was made"
@@ -851,11 +847,7 @@ async fn volumes_follow_instances_through_attach_restore_and_restart() {
 
     engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while engine.targets_held() < 1
-        || names_with(&work.join("instances").display().to_string(), "ps-")
-            .iter()
-            .all(|d| !work.join("instances").join(d).join("created").exists())
-    {
+    while engine.targets_ready() < 1 {
         assert!(std::time::Instant::now() < deadline, "no restore target");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
