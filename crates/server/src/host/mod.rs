@@ -285,9 +285,15 @@ impl Host {
     /// Store errors; engine errors are logged (the row is deleted regardless, the instance
     /// directory is retried by the orphan sweep at the next start).
     pub async fn destroy(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
+        // Each wait is timed: a kill must never wait on a client's stream (issue 8 point 5),
+        // and one that does names the step it waited on.
+        let waited = std::time::Instant::now();
         let _gate = live.gate.write().await;
+        slow_step(&live.id, "lifecycle gate", waited);
         let (instance, dir, image) = {
+            let waited = std::time::Instant::now();
             let row = live.row.lock().await;
+            slow_step(&live.id, "row lock", waited);
             if row.status == SandboxState::Deleted.as_str() {
                 return Ok(());
             }
@@ -297,8 +303,12 @@ impl Host {
                 row.hibernate_image.clone(),
             )
         };
+        let waited = std::time::Instant::now();
         live.drop_conn().await;
+        slow_step(&live.id, "guest connection lock", waited);
+        let waited = std::time::Instant::now();
         self.set_state(live, SandboxState::Deleted, cause).await?;
+        slow_step(&live.id, "state change", waited);
         // Its volumes are free when this returns: the instance's processes are stopped and
         // the images closed first (the rest of the teardown is slow, and in the background).
         self.release_volumes(live).await;
@@ -320,5 +330,14 @@ impl Host {
             }
         }
         Ok(())
+    }
+}
+
+/// Logs a warning naming `step` of sandbox `id`'s destroy when it waited 500 ms or more
+/// since `since` (the kill path must not wait on clients, issue 8 point 5).
+fn slow_step(id: &str, step: &str, since: std::time::Instant) {
+    let waited_ms = since.elapsed().as_millis();
+    if waited_ms >= 500 {
+        tracing::warn!(sandbox_id = %id, step, waited_ms, "destroy waited");
     }
 }
