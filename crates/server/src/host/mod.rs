@@ -287,13 +287,9 @@ impl Host {
     pub async fn destroy(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
         // Each wait is timed: a kill must never wait on a client's stream (issue 8 point 5),
         // and one that does names the step it waited on.
-        let waited = std::time::Instant::now();
-        let _gate = live.gate.write().await;
-        slow_step(&live.id, "lifecycle gate", waited);
+        let _gate = timed(&live.id, "lifecycle gate", live.gate.write()).await;
         let (instance, dir, image) = {
-            let waited = std::time::Instant::now();
-            let row = live.row.lock().await;
-            slow_step(&live.id, "row lock", waited);
+            let row = timed(&live.id, "row lock", live.row.lock()).await;
             if row.status == SandboxState::Deleted.as_str() {
                 return Ok(());
             }
@@ -303,12 +299,13 @@ impl Host {
                 row.hibernate_image.clone(),
             )
         };
-        let waited = std::time::Instant::now();
-        live.drop_conn().await;
-        slow_step(&live.id, "guest connection lock", waited);
-        let waited = std::time::Instant::now();
-        self.set_state(live, SandboxState::Deleted, cause).await?;
-        slow_step(&live.id, "state change", waited);
+        timed(&live.id, "guest connection lock", live.drop_conn()).await;
+        timed(
+            &live.id,
+            "state change",
+            self.set_state(live, SandboxState::Deleted, cause),
+        )
+        .await?;
         // Its volumes are free when this returns: the instance's processes are stopped and
         // the images closed first (the rest of the teardown is slow, and in the background).
         self.release_volumes(live).await;
@@ -333,11 +330,14 @@ impl Host {
     }
 }
 
-/// Logs a warning naming `step` of sandbox `id`'s destroy when it waited 500 ms or more
-/// since `since` (the kill path must not wait on clients, issue 8 point 5).
-fn slow_step(id: &str, step: &str, since: std::time::Instant) {
+/// Awaits `step` of sandbox `id`'s destroy and logs a warning naming it when it took 500 ms
+/// or more (the kill path must not wait on clients, issue 8 point 5).
+async fn timed<F: std::future::Future>(id: &str, step: &str, fut: F) -> F::Output {
+    let since = std::time::Instant::now();
+    let out = fut.await;
     let waited_ms = since.elapsed().as_millis();
     if waited_ms >= 500 {
         tracing::warn!(sandbox_id = %id, step, waited_ms, "destroy waited");
     }
+    out
 }
