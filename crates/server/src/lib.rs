@@ -23,6 +23,7 @@ pub mod objects;
 pub mod previews;
 pub mod ratelimit;
 pub mod relay;
+pub mod serve;
 pub mod state;
 
 use axum::Router;
@@ -30,7 +31,6 @@ use host::{Host, HostConfig, NetworkDefaults};
 use pandastack_engine::Engine;
 use pandastack_store::Store;
 use pandastack_templates::TemplateStore;
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -352,24 +352,20 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     info!(listen = %cfg.listen, data_dir = %cfg.data_dir.display(), "pandastack server listening");
     let stop = Arc::new(tokio::sync::Notify::new());
     let stopping = stop.clone();
-    let mut serve = tokio::spawn(
-        axum::serve(
-            listener,
-            app(AppState {
-                host: host.clone(),
-                databases: dbs.clone(),
-                mcp,
-                previews,
-                rate_limit: Arc::new(ratelimit::WorkspaceRateLimit::new(
-                    cfg.capacity.requests_per_second,
-                )),
-                cluster,
-            }),
-        )
-        .tcp_nodelay(true)
-        .with_graceful_shutdown(async move { stopping.notified().await })
-        .into_future(),
-    );
+    let mut serve = tokio::spawn(serve::serve(
+        listener,
+        app(AppState {
+            host: host.clone(),
+            databases: dbs.clone(),
+            mcp,
+            previews,
+            rate_limit: Arc::new(ratelimit::WorkspaceRateLimit::new(
+                cfg.capacity.requests_per_second,
+            )),
+            cluster,
+        }),
+        async move { stopping.notified().await },
+    ));
     tokio::select! {
         done = &mut serve => {
             done.map_err(|e| StartError::Recover(format!("server task: {e}")))??;
