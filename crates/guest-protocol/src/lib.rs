@@ -28,3 +28,12 @@ pub use runtime::{TemplateRuntime, DEFAULT_ENV, TEMPLATE_RUNTIME_PATH};
 
 /// The protocol version spoken by this build. Checked at connect by [`HostMsg::Hello`].
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Processes (threads included) the guest daemon may have beyond a sandbox's own process limit
+/// (issue 8 point 3: a fork bomb must leave the sandbox usable). gVisor counts `RLIMIT_NPROC`
+/// per uid and everything in a sandbox runs as root, so the guest's threads and the user's
+/// processes share one count: the engine gives the sandbox's first process (the guest) the
+/// user limit plus this reserve, and the guest lowers the limit back to the user limit in every
+/// process it starts. A fork loop then stops at the user limit while the guest can still start
+/// the threads and processes of new execs (`pkill` included).
+pub const GUEST_PROCESS_RESERVE: u64 = 64;

@@ -20,6 +20,7 @@ pub mod exec;
 pub mod files;
 pub mod hostio;
 pub mod kernel;
+pub mod limits;
 pub mod memory;
 pub mod reaper;
 pub mod setup;

@@ -14,7 +14,9 @@
 //! `pandastack_gvisor::cgroup::SENTRY_HEADROOM_BYTES`) and the use is `MemTotal -
 //! MemAvailable` (application memory, page cache of the sandbox's files, tmpfs such as
 //! `/dev/shm`). When the use passes `MemTotal - `[`margin`], it SIGKILLs the user process with
-//! the largest resident set (never itself, PID 1), records the kill ([`OomKill`]: reported to
+//! the largest resident set (never itself, PID 1; see [`choose`] for when it kills the whole
+//! process group instead), with every other process stopped (SIGSTOP) while it chooses and
+//! kills, records the kill ([`OomKill`]: reported to
 //! the host in the next `Pong`, which records a sandbox event naming the process and `oom`),
 //! and waits until the victim is gone before it looks again. An exec whose process was killed
 //! exits 137 (128 + SIGKILL) and gets a line on stderr saying why; a kernel that was killed
@@ -44,6 +46,11 @@ pub const MARGIN_DIVISOR: u64 = 32;
 pub const MIN_MARGIN_BYTES: u64 = 16 * 1024 * 1024;
 /// Longest wait for a killed process to be gone before the guard looks again, ms.
 pub const VICTIM_WAIT_MS: u64 = 2000;
+/// Longest wait after a kill for the use to read below the mark again before the guard may
+/// kill once more, ms.
+pub const SETTLE_MS: u64 = 1500;
+/// Longest wait of [`MemoryGuard::killed_soon`] for a kill to be recorded, ms.
+pub const RECORD_WAIT_MS: u64 = 500;
 /// Kills remembered for execs and kernels asking whether theirs was one.
 const REMEMBERED: usize = 64;
 
@@ -103,6 +110,22 @@ impl MemoryGuard {
         self.find(|k| (k.pid == pid || (k.group && k.pgid == pid)) && k.at >= since)
     }
 
+    /// As [`MemoryGuard::killed`], waiting up to [`RECORD_WAIT_MS`] for the record when there
+    /// is none yet: a process can die of the sandbox's memory running out a moment before
+    /// the guard, which saw it first, records its kill.
+    pub fn killed_soon(&self, pid: i32, since: Instant) -> Option<OomKill> {
+        let deadline = Instant::now() + Duration::from_millis(RECORD_WAIT_MS);
+        loop {
+            if let Some(kill) = self.killed(pid, since) {
+                return Some(kill);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The first kill of a process in group `pgid` at or after `since` (an exec's processes
     /// share its group).
     pub fn killed_in_group(&self, pgid: i32, since: Instant) -> Option<OomKill> {
@@ -143,10 +166,12 @@ impl MemoryGuard {
 
     fn watch(&self) {
         let me = std::process::id() as i32;
+        let mut meminfo = MeminfoReader::default();
+        let mut found_nothing = false;
         let mut pause = Duration::from_millis(MIN_POLL_MS);
         loop {
             std::thread::sleep(pause);
-            let Some(mem) = read_meminfo() else {
+            let Some(mem) = meminfo.read() else {
                 pause = Duration::from_millis(MAX_POLL_MS);
                 continue;
             };
@@ -155,9 +180,17 @@ impl MemoryGuard {
             if mem.used() < threshold {
                 continue;
             }
+            // Everything else stands still while the guard chooses and kills: a swarm of busy
+            // processes would otherwise get the CPU between each of the guard's hundreds of
+            // /proc reads and grow past the host's limit first. Not again right after a look
+            // that found nothing to kill (memory held by tmpfs files), which would stop and
+            // continue every process at each look.
+            let frozen = (!found_nothing).then(Frozen::all);
             let Some(victim) = choose(&processes(me)) else {
-                continue; // only tmpfs holds the memory: nothing to kill
+                found_nothing = true;
+                continue;
             };
+            found_nothing = false;
             let report = OomKill {
                 pid: victim.lead.pid as u32,
                 name: victim.lead.name.clone(),
@@ -186,6 +219,48 @@ impl MemoryGuard {
                 }
                 wait_gone(victim.lead.pid);
             }
+            drop(frozen);
+            // The sentry's accounting of the freed memory lags the victim's exit (its usage
+            // scans are throttled): until it shows, the use still reads high, and looking
+            // again at once would kill an innocent second process (seen here: the hog, then
+            // the shell that started it).
+            settle(&mut meminfo, threshold);
+        }
+    }
+}
+
+/// Waits until the use reads below `threshold`, at most [`SETTLE_MS`].
+fn settle(meminfo: &mut MeminfoReader, threshold: u64) {
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_MS);
+    while Instant::now() < deadline {
+        if meminfo.read().is_some_and(|m| m.used() < threshold) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(MIN_POLL_MS));
+    }
+}
+
+/// Every process of the sandbox but PID 1 (the guest) stopped with SIGSTOP, until dropped
+/// (SIGCONT). A killed process still exits while stopped, so the guard's kill and its wait
+/// for the victim work as usual. A process the user had stopped on purpose is continued too.
+struct Frozen;
+
+impl Frozen {
+    fn all() -> Self {
+        // SAFETY: kill takes plain integers; pid -1 from PID 1 addresses every process of the
+        // sandbox but PID 1 itself (kill(2)), and SIGSTOP touches no memory of ours.
+        unsafe {
+            libc::kill(-1, libc::SIGSTOP);
+        }
+        Frozen
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: as in `Frozen::all`.
+        unsafe {
+            libc::kill(-1, libc::SIGCONT);
         }
     }
 }
@@ -210,8 +285,30 @@ impl MemInfo {
     }
 }
 
-fn read_meminfo() -> Option<MemInfo> {
-    parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)
+/// `/proc/meminfo` kept open: each look is one `pread` (one system call, where opening the
+/// file anew costs three, each a scheduling round of the sentry when many processes are busy).
+#[derive(Default)]
+struct MeminfoReader {
+    file: Option<std::fs::File>,
+    buf: Vec<u8>,
+}
+
+impl MeminfoReader {
+    fn read(&mut self) -> Option<MemInfo> {
+        use std::os::unix::fs::FileExt;
+        let file = match self.file.take() {
+            Some(f) => f,
+            None => std::fs::File::open("/proc/meminfo").ok()?,
+        };
+        self.buf.resize(8192, 0);
+        let n = file.read_at(&mut self.buf, 0).ok()?;
+        let mem = parse_meminfo(std::str::from_utf8(&self.buf[..n]).ok()?);
+        // Kept for the next look only when it answered (else reopened then).
+        if mem.is_some() {
+            self.file = Some(file);
+        }
+        mem
+    }
 }
 
 /// Parses the `MemTotal:` and `MemAvailable:` lines (kB) of a `/proc/meminfo` text.
@@ -241,7 +338,8 @@ struct Candidate {
     rss_bytes: u64,
 }
 
-/// Every process but `me` and PID 1 with its resident set.
+/// Every process but `me` and PID 1 with its resident set (one read of `/proc/<pid>/stat`
+/// each: it holds the name, the process group and the resident pages).
 fn processes(me: i32) -> Vec<Candidate> {
     let page = page_size();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -251,11 +349,8 @@ fn processes(me: i32) -> Vec<Candidate> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me && pid > 1)
         .filter_map(|pid| {
-            let dir = format!("/proc/{pid}");
-            let statm = std::fs::read_to_string(format!("{dir}/statm")).ok()?;
-            let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
-            let (name, pgid) = parse_stat(&stat)?;
-            let rss_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (name, pgid, rss_pages) = parse_stat(&stat)?;
             Some(Candidate {
                 pid,
                 pgid,
@@ -314,19 +409,18 @@ fn choose(procs: &[Candidate]) -> Option<Victim> {
     })
 }
 
-/// The command name and process group of a `/proc/<pid>/stat` line (`pid (comm) state ppid
-/// pgrp ...`; the name may hold spaces and parentheses, so it ends at the last `)`).
-fn parse_stat(stat: &str) -> Option<(String, i32)> {
+/// The command name, process group and resident pages of a `/proc/<pid>/stat` line (`pid
+/// (comm) state ppid pgrp ... vsize rss ...`, fields 5 and 24; the name may hold spaces and
+/// parentheses, so it ends at the last `)`).
+fn parse_stat(stat: &str) -> Option<(String, i32, u64)> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let name = stat.get(open + 1..close)?.to_string();
-    let pgid = stat
-        .get(close + 1..)?
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()?;
-    Some((name, pgid))
+    let fields: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
+    // fields[0] is field 3 (state).
+    let pgid = fields.get(2)?.parse().ok()?;
+    let rss_pages = fields.get(21)?.parse().ok()?;
+    Some((name, pgid, rss_pages))
 }
 
 /// Waits until `pid` no longer exists or is a zombie (its memory is freed then), at most
@@ -488,8 +582,13 @@ mod tests {
 
     #[test]
     fn stat_names_survive_spaces_and_parentheses() {
-        let line = "42 (my (odd) prog) R 1 40 40 0 -1 4194304 0 0";
-        assert_eq!(parse_stat(line), Some(("my (odd) prog".to_string(), 40)));
+        // gVisor's format (runsc 20240729): fields 3 to 24, rss = 1234 pages.
+        let line = "42 (my (odd) prog) R 1 40 40 0 -1 0 0 0 0 0 5 3 0 0 20 0 1 0 77 123456789 1234 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0";
+        assert_eq!(
+            parse_stat(line),
+            Some(("my (odd) prog".to_string(), 40, 1234))
+        );
+        assert_eq!(parse_stat("42 (short) R 1 40 40"), None);
         assert_eq!(parse_stat("garbage"), None);
     }
 

@@ -1,6 +1,7 @@
 //! The OCI runtime spec (`config.json`) of one instance.
 
 use pandastack_engine::{SandboxSpec, VOLUMES_DIR};
+use pandastack_guest_protocol::GUEST_PROCESS_RESERVE;
 use serde_json::{json, Value};
 
 /// Memory per process the sandbox's process limit allows for, MiB: [`nproc_limit`].
@@ -8,7 +9,8 @@ pub const MIB_PER_PROCESS: u32 = 4;
 /// Fewest and most processes a sandbox may have ([`nproc_limit`]).
 pub const NPROC_RANGE: (u64, u64) = (64, 1024);
 
-/// Soft and hard `RLIMIT_NPROC` inside a sandbox of `memory_mb`: one process per
+/// The user process limit of a sandbox of `memory_mb` (`RLIMIT_NPROC` of what the guest
+/// starts; the guest itself gets [`GUEST_PROCESS_RESERVE`] more, see [`render`]): one process per
 /// [`MIB_PER_PROCESS`] MiB within [`NPROC_RANGE`] (128 for 512 MiB). A fork bomb hits it and
 /// `fork` fails cleanly with EAGAIN (notes pitfall 9), and it stays within the sandbox's
 /// memory (issue 8 point 3): a Python `os.fork()` loop costs ~2.4 MiB per process under
@@ -51,7 +53,8 @@ pub const BUILD_CAPABILITIES: &[&str] = &[
 /// older layout must not be used (docs/ARCHITECTURE.md "Volumes"). Also bumped when the
 /// process limits change (a checkpoint keeps its processes' rlimits): `m3` made
 /// `RLIMIT_NPROC` follow the memory size ([`nproc_limit`]).
-pub const MOUNT_LAYOUT: &str = "disk-m3";
+/// `m4` gave the guest a process reserve above the user limit ([`GUEST_PROCESS_RESERVE`]).
+pub const MOUNT_LAYOUT: &str = "disk-m4";
 
 /// Renders the OCI config for `spec`. The cgroup path is relative (`pandastack/<id>`), which
 /// runsc honours on these cgroup-v1 hosts (notes pitfall 12). `netns` is the network namespace
@@ -65,7 +68,8 @@ pub fn render(
     staging: Option<&std::path::Path>,
 ) -> Value {
     let memory_bytes = u64::from(spec.memory_mb) * 1024 * 1024;
-    let nproc = nproc_limit(spec.memory_mb);
+    // The guest's limit: the user limit plus its reserve, which it lowers in its children.
+    let nproc = nproc_limit(spec.memory_mb) + GUEST_PROCESS_RESERVE;
     let network_ns = match netns {
         Some(path) => json!({"type": "network", "path": path}),
         None => json!({"type": "network"}),
@@ -161,7 +165,11 @@ mod tests {
         assert_eq!(v["mounts"][4]["destination"], "/mnt");
         assert_eq!(v["mounts"][4]["source"], "/m/sandbox/ps-00");
         assert_eq!(v["mounts"][4]["options"][2], "rslave");
-        assert_eq!(v["process"]["rlimits"][0]["hard"], 128);
+        // The user limit (128 at 512 MiB) plus the guest's reserve.
+        assert_eq!(
+            v["process"]["rlimits"][0]["hard"],
+            128 + GUEST_PROCESS_RESERVE
+        );
         assert_eq!(nproc_limit(128), 64);
         assert_eq!(nproc_limit(2048), 512);
         assert_eq!(nproc_limit(65536), 1024);

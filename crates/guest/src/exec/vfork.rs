@@ -4,7 +4,8 @@
 //! the cost of starting a process is mostly its system calls: fork+exec copies the address
 //! space (~26 ms for `/bin/true` here), glibc's `posix_spawn` resets all 64 signal handlers one
 //! call at a time (~15 ms), while a vfork-style child that makes only the calls it needs —
-//! process group, signal mask, SIGPIPE, three `dup2`, `chdir`, `execve` — costs ~9 ms.
+//! process group, process limit, signal mask, SIGPIPE, three `dup2`, `chdir`, `execve` — costs
+//! ~9 ms.
 //!
 //! The child runs on its own small stack inside the parent's memory while the parent is
 //! suspended (that is what `CLONE_VFORK` guarantees), so it must not allocate, lock or unwind:
@@ -31,6 +32,8 @@ pub struct Prepared {
     stdio: [RawFd; 3],
     /// errno of a failed `chdir`/`execve`, written by the child.
     errno: c_int,
+    /// The child's `RLIMIT_NPROC` ([`crate::limits::child_process_limit`]).
+    nproc: Option<libc::rlimit>,
 }
 
 fn cstring(s: &str) -> io::Result<CString> {
@@ -66,6 +69,7 @@ impl Prepared {
             cwd: cstring(cwd)?,
             stdio,
             errno: 0,
+            nproc: crate::limits::child_process_limit(),
         })
     }
 }
@@ -77,6 +81,9 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
     unsafe {
         let p = &mut *(arg as *mut Prepared);
         libc::setpgid(0, 0);
+        if let Some(limit) = &p.nproc {
+            crate::limits::apply(limit);
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());

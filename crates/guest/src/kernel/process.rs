@@ -57,6 +57,16 @@ pub fn spawn(
         .stdout(Stdio::from(OwnedFd::from(theirs_out)))
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some(limit) = crate::limits::child_process_limit() {
+        // SAFETY: the closure runs in the forked child before exec and makes one
+        // async-signal-safe system call (setrlimit), allocating nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                crate::limits::apply(&limit);
+                Ok(())
+            });
+        }
+    }
     let child = reaper.spawn(
         &mut cmd,
         Box::new(move |status| {

@@ -149,7 +149,7 @@ fn finish(done: CellDone, interrupted: bool, job: &Job) -> Execution {
 /// The error for a run whose kernel the memory guard killed (and marks the kernel dead with
 /// it), or None when it was not killed by the guard.
 fn out_of_memory(memory: &MemoryGuard, kernel: &Kernel) -> Option<OpError> {
-    let kill = memory.killed(kernel.pid as i32, kernel.started)?;
+    let kill = memory.killed_soon(kernel.pid as i32, kernel.started)?;
     let why = format!(
         "kernel killed: the sandbox ran out of memory (the kernel held {} MiB when {} of its {} MiB were in use)",
         kill.rss_bytes >> 20,
