@@ -11,7 +11,10 @@ code-interpreter sandbox on a holding a 1e5-row DataFrame:
     (b fetches the image from the object store, checks it, restores) through the first
     `run_code` that reads the DataFrame on a context of the restored sandbox;
   - cross-host fork -> child answers: `POST .../fork {host: b}` (capture on a, upload, fetch
-    and restore on b) through the child's first `run_code` reading the DataFrame.
+    and restore on b) through the child's first `run_code` reading the DataFrame;
+  - live drain of host a holding that sandbox (`POST /v1/hosts/a/drain`): the time the
+    sandbox did not answer (the report's `ms`: checkpoint on a to running on b) and the whole
+    call; a is activated again after each run.
 
     python3 scripts/bench_cluster.py --bin dist/pandastack --data-dir /var/lib/pandastack-ci/server \\
         --store postgres://postgres@127.0.0.1:5432/postgres \\
@@ -80,12 +83,15 @@ def main() -> None:
         upload: List[float] = []
         restore: List[float] = []
         fork: List[float] = []
+        drain_stopped: List[float] = []
+        drain_total: List[float] = []
         sizes: List[int] = []
         for _ in range(a.runs):
             r = srv_a.http.post(f"{srv_a.url}/v1/sandboxes", json={"template": "code-interpreter", "host": "a"}, timeout=120)
             r.raise_for_status()
             sid = r.json()["id"]
-            srv_a.client.sandboxes.get(sid).create_code_context().run_code(DATAFRAME)
+            ctx = srv_a.client.sandboxes.get(sid).create_code_context()
+            ctx.run_code(DATAFRAME)
             snap = srv_a.client.sandboxes.get(sid).snapshot()
             t = time.perf_counter()
             while True:
@@ -114,6 +120,17 @@ def main() -> None:
             fork.append((time.perf_counter() - t) * 1000)
             child = r.json()["id"]
 
+            t = time.perf_counter()
+            r = srv_a.http.post(f"{srv_a.url}/v1/hosts/a/drain", timeout=600)
+            r.raise_for_status()
+            drain_total.append((time.perf_counter() - t) * 1000)
+            moved = [m for m in r.json()["moved"] if m["sandbox_id"] == sid]
+            assert moved and moved[0]["to"] == "b", r.json()
+            drain_stopped.append(float(moved[0]["ms"]))
+            # The same context handle answers on b, with the DataFrame.
+            assert ctx.run_code("len(df)").text == "100000"
+            srv_a.http.post(f"{srv_a.url}/v1/hosts/a/activate", timeout=60).raise_for_status()
+
             for x in (child, restored, sid):
                 srv_a.http.delete(f"{srv_a.url}/v1/sandboxes/{x}", timeout=120)
             srv_a.http.delete(f"{srv_a.url}/v1/snapshots/{snap}", timeout=120)
@@ -124,6 +141,8 @@ def main() -> None:
             ("snapshot upload (reply -> uploaded)", upload),
             ("cross-host from_snapshot -> first run_code", restore),
             ("cross-host fork -> child's first run_code", fork),
+            ("live drain: the sandbox not answering (checkpoint on a -> running on b)", drain_stopped),
+            ("live drain: the whole call (one sandbox)", drain_total),
         ]))
     finally:
         for h in hosts.values():

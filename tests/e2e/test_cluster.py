@@ -12,6 +12,7 @@ every container runsc lists under a host's root is a sandbox's, which the fencin
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -364,7 +365,8 @@ def test_a_database_lives_on_its_host_and_is_served_through_any(clean):
 
 def test_a_snapshot_taken_on_a_restores_on_b_and_its_delete_removes_its_objects(clean):
     """Issue 12 point 6: the snapshot is uploaded in the background (its JSON says when), a
-    restore on b fetches it and the kernel state came along; deleting it deletes its objects."""
+    restore on b fetches it and the kernel state came along; deleting it deletes its objects,
+    and b's fetched copy goes too (b's cache sweep, every 10 s)."""
     client = clean.client(clean.a)
     sid = clean.create_on(clean.a, "a", template="code-interpreter")
     sb = client.sandboxes.get(sid)
@@ -379,10 +381,16 @@ def test_a_snapshot_taken_on_a_restores_on_b_and_its_delete_removes_its_objects(
     restored = client.sandboxes.get(r.json()["id"])
     assert r.json()["host"] == "b"
     assert restored.create_code_context().run_code("secret").text == "'taken on a'"
+    cache = clean.b.data_dir / "object-cache"
+    assert [p for p in cache.iterdir() if p.name.startswith(f"{snap}-")], "b kept no fetched copy"
     r = clean.call(clean.b, "DELETE", f"/v1/snapshots/{snap}")
     assert r.status_code == 204, r.text
     wait_until(lambda: not clean.objects(f"snapshots/{snap}/"), timeout=30, what="the snapshot's objects to go")
     assert not (clean.a.data_dir / "snapshots" / snap).exists()
+    wait_until(lambda: not [p for p in cache.iterdir() if p.name.startswith(f"{snap}-")], timeout=30,
+               what="b's fetched copy of the deleted snapshot to go")
+    # The sandbox restored from it runs on.
+    assert restored.exec("echo alive").stdout == "alive\n"
 
 
 def test_a_sandbox_hibernated_on_a_wakes_on_b_after_a_is_killed(clean):
@@ -432,3 +440,63 @@ def test_a_fork_with_the_host_hint_runs_on_the_other_host_with_the_parents_state
     wait_until(lambda: not clean.objects(f"forks/{tree}/"), timeout=30, what="the fork image's objects to go")
     r = clean.call(clean.b, "POST", f"/v1/sandboxes/{sid}/fork", json={"host": "nowhere"})
     assert r.status_code == 400 and "host" in r.text, r.text
+
+
+def test_a_drain_moves_live_sandboxes_with_their_state_and_nothing_new_lands_there(clean):
+    """Issue 12 point 8: `pandastack admin drain a` (the CLI, through b) moves a's running and
+    paused sandboxes to b under the same ids, with their kernels' variables (the same context
+    handle answers), files and state; a is `draining`, so creates go elsewhere until it is
+    activated again."""
+    via_b = clean.client(clean.b)
+    running = clean.create_on(clean.b, "a", template="code-interpreter")
+    sb = via_b.sandboxes.get(running)
+    ctx = sb.create_code_context()
+    ctx.run_code("kept = 6 * 7")
+    sb.filesystem.write("/workspace/note.txt", "written on a")
+    paused = clean.create_on(clean.b, "a")
+    r = clean.call(clean.b, "POST", f"/v1/sandboxes/{paused}/pause")
+    assert r.status_code in (200, 204), r.text
+    env = os.environ | {"PANDASTACK_API": clean.b.url, "PANDASTACK_API_KEY": clean.key}
+    try:
+        out = subprocess.run([str(clean.a.binary), "admin", "drain", "a", "--json"], env=env,
+                             capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        assert out.returncode == 0, out.stderr + out.stdout
+        report = json.loads(out.stdout)
+        assert report["host"] == "a" and report["left"] == [], report
+        moved = {m["sandbox_id"]: m for m in report["moved"]}
+        assert set(moved) == {running, paused}, report
+        assert {m["to"] for m in moved.values()} == {"b"}, report
+        assert (moved[running]["state"], moved[paused]["state"]) == ("running", "paused"), report
+        # The same ids and context handle: the kernel's variables and the files came along.
+        assert ctx.run_code("kept").text == "42"
+        assert sb.filesystem.read("/workspace/note.txt") == b"written on a"
+        rows = {i: clean.call(clean.a, "GET", f"/v1/sandboxes/{i}").json() for i in (running, paused)}
+        assert (rows[running]["host"], rows[running]["status"]) == ("b", "running"), rows
+        assert (rows[paused]["host"], rows[paused]["status"]) == ("b", "paused"), rows
+        wait_until(lambda: not clean.containers(clean.a), timeout=30, what="a's containers to go")
+        assert not (clean.a.data_dir / "hibernate" / running).exists(), "a kept its copy of the image"
+        wait_until(lambda: not clean.objects(f"hibernate/{running}/"), timeout=30,
+                   what="the moved image's objects to go")
+        # a takes nothing new while it drains.
+        states = {h["name"]: h["state"] for h in clean.call(clean.b, "GET", "/v1/hosts").json()}
+        assert states["a"] == "draining", states
+        r = clean.call(clean.a, "POST", "/v1/sandboxes", json={"template": "base"})
+        assert r.status_code == 201 and r.json()["host"] == "b", r.text
+        r = clean.call(clean.a, "POST", "/v1/sandboxes", json={"template": "base", "host": "a"})
+        assert r.status_code == 503 and "draining" in r.text, r.text
+    finally:
+        r = clean.call(clean.a, "POST", "/v1/hosts/a/activate")
+    assert r.status_code == 200 and r.json()["state"] == "active", r.text
+    clean.create_on(clean.b, "a")
+
+
+def test_a_drain_needs_a_cluster(server):
+    """A single host has nowhere to move its sandboxes to: 409 naming what is missing, and
+    nothing changes."""
+    headers = {"Authorization": f"Bearer {server.admin_key()}"}
+    name = requests.get(f"{server.url}/v1/hosts", headers=headers, timeout=30).json()[0]["name"]
+    r = requests.post(f"{server.url}/v1/hosts/{name}/drain", headers=headers, timeout=30)
+    assert r.status_code == 409 and "cluster" in r.json()["error"], r.text
+    r = requests.post(f"{server.url}/v1/hosts/nowhere/drain", headers=headers, timeout=30)
+    assert r.status_code == 404, r.text
+    assert requests.get(f"{server.url}/v1/hosts", headers=headers, timeout=30).json()[0]["state"] == "active"

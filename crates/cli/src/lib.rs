@@ -99,5 +99,26 @@ pub fn run(cmd: Command) -> i32 {
     }
 }
 
+/// Runs an operator's host command (`pandastack admin drain|activate NAME`, see
+/// [`commands::host`]); returns the process exit code.
+pub fn run_host_admin(action: commands::host::HostAction, name: &str, json: bool) -> i32 {
+    let opts = commands::GlobalOpts {
+        output: if json {
+            output::Format::Json
+        } else {
+            output::Format::Table
+        },
+    };
+    let result = commands::Ctx::new(&opts).and_then(|ctx| commands::host::run(action, name, &ctx));
+    match result {
+        Ok(code) => code,
+        Err(e) if e.is_broken_pipe() => e.exit_code(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

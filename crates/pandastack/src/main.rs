@@ -252,6 +252,20 @@ enum AdminCommand {
         #[arg(long, env = "PANDASTACK_STORE")]
         store: Option<String>,
     },
+    /// Move every sandbox off host NAME, live, and mark it draining (a cluster; through
+    /// PANDASTACK_API with an operator key in PANDASTACK_API_KEY). Exits 1 when some stayed.
+    Drain {
+        name: String,
+        /// Print the server's JSON report.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let new sandboxes land on host NAME again after a drain.
+    Activate {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -399,6 +413,20 @@ fn main() -> Result<()> {
             })?;
             println!("workspace {ws}\nexport PANDASTACK_API_KEY={key}");
             Ok(())
+        }
+        Command::Admin(AdminCommand::Drain { name, json }) => {
+            std::process::exit(pandastack_cli::run_host_admin(
+                pandastack_cli::commands::host::HostAction::Drain,
+                &name,
+                json,
+            ))
+        }
+        Command::Admin(AdminCommand::Activate { name, json }) => {
+            std::process::exit(pandastack_cli::run_host_admin(
+                pandastack_cli::commands::host::HostAction::Activate,
+                &name,
+                json,
+            ))
         }
         Command::Client(c) => std::process::exit(pandastack_cli::run(c)),
     }

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod completions;
 pub mod db;
 pub mod fs;
+pub mod host;
 pub mod mcp;
 pub mod sandbox;
 pub mod snapshot;

@@ -127,13 +127,7 @@ async fn roomy_host(st: &AppState, parent: &Live) -> Result<Option<HostRow>, Api
         let r = parent.row.lock().await;
         (r.template.clone(), r.memory_mb)
     };
-    let need = Need {
-        template: &template,
-        memory_mb,
-        hint: None,
-        image_host: None,
-        prefer: None,
-    };
+    let need = Need::like(&template, memory_mb);
     Ok(match place(&st.cluster, &st.host, &need).await {
         Ok(Placement::There(h)) => Some(h),
         _ => None,

@@ -19,6 +19,7 @@
 //! With SQLite (one host) only the heartbeat runs (so `GET /v1/hosts` shows the host); the
 //! store belongs wholly to this host.
 
+pub mod drain;
 pub mod forward;
 pub mod place;
 

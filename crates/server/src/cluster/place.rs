@@ -42,6 +42,20 @@ pub struct Need<'a> {
     pub prefer: Option<&'a str>,
 }
 
+impl<'a> Need<'a> {
+    /// A copy of an existing sandbox (a fork child, a drained sandbox): its template and
+    /// memory, no hint, no image host.
+    pub fn like(template: &'a str, memory_mb: u32) -> Self {
+        Need {
+            template,
+            memory_mb,
+            hint: None,
+            image_host: None,
+            prefer: None,
+        }
+    }
+}
+
 /// Picks the host of a create (see the module doc).
 ///
 /// # Errors
@@ -80,14 +94,15 @@ pub async fn place(
                 ))),
             };
         };
+        // A draining host takes nothing new, this one included.
+        if h.state != "active" {
+            return Err(unavailable(h, "is draining"));
+        }
         if h.name == me {
             return Ok(Placement::Here);
         }
         if is_down(h) {
             return Err(unavailable(h, "is down"));
-        }
-        if h.state != "active" {
-            return Err(unavailable(h, "is draining"));
         }
         return Ok(Placement::There(h.clone()));
     }

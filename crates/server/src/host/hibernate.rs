@@ -116,8 +116,9 @@ impl Host {
     /// Wakes a hibernated sandbox (no-op when it is already awake).
     ///
     /// # Errors
-    /// 503 with `Retry-After` when the host is full (it stays hibernated); 500 when the
-    /// restore fails; the sandbox is then marked failed.
+    /// 503 with `Retry-After` when the host is full (it stays hibernated) or another host took
+    /// the sandbox over (a retry reaches that host); 500 when the restore fails; the sandbox
+    /// is then marked failed.
     pub async fn wake(&self, live: &Arc<Live>, cause: &str) -> Result<(), ApiError> {
         let _gate = live.gate.write().await;
         let image = {
@@ -140,10 +141,14 @@ impl Host {
             if let Some(stored) = self.store.sandbox(&live.id).await? {
                 if stored.host != self.cfg.host_name {
                     self.remove(&live.id);
-                    return Err(ApiError::Conflict(format!(
-                        "sandbox {} was taken over by host {}",
-                        live.id, stored.host
-                    )));
+                    // A retry goes to the host that has it now (cluster::forward).
+                    return Err(ApiError::Busy {
+                        message: format!(
+                            "sandbox {} moved to host {}; retry",
+                            live.id, stored.host
+                        ),
+                        retry_after_s: 1,
+                    });
                 }
             }
         }
@@ -222,16 +227,67 @@ impl Host {
                 row.host
             )));
         };
-        let (dir, rootfs, guest_dir) = self.fetch_image(&image).await?;
+        tracing::warn!(sandbox_id = %id, from = %row.host, "taking over a hibernated sandbox of a host that is down");
+        // Another host may take it first (or it changed): the request is then answered as it
+        // stands.
+        self.take_hibernated(row, &image).await
+    }
+
+    /// Takes over hibernated sandbox `id` from host `from`, which is draining and uploaded its
+    /// image (issue 12 point 8, asked by `from` itself): as [`Host::adopt_hibernated`], without
+    /// waiting for `from` to be down. The caller wakes it (or leaves it hibernated).
+    ///
+    /// # Errors
+    /// 409 when it is not hibernated on `from` (woken, deleted or moved meanwhile), holds
+    /// volumes, or its image is not in the object store; as [`Host::fetch_image`].
+    pub async fn adopt_drained(&self, id: &str, from: &str) -> Result<Arc<Live>, ApiError> {
+        let not_there =
+            || ApiError::Conflict(format!("sandbox {id} is not hibernated on host {from}"));
+        let row = self
+            .store
+            .sandbox(id)
+            .await?
+            .filter(|r| {
+                r.deleted_at.is_none()
+                    && r.status == SandboxState::Hibernated.as_str()
+                    && r.host == from
+            })
+            .ok_or_else(not_there)?;
+        if !row.volumes.is_empty() {
+            return Err(ApiError::Conflict(format!(
+                "sandbox {id} holds volumes, which stay on host {from}"
+            )));
+        }
+        let image = self
+            .store
+            .image(&hibernate_image_id(id))
+            .await?
+            .ok_or_else(|| {
+                ApiError::Conflict(format!("sandbox {id}'s image is not in the object store"))
+            })?;
+        tracing::info!(sandbox_id = %id, from = %from, "taking over a sandbox of a draining host");
+        self.take_hibernated(row, &image)
+            .await?
+            .ok_or_else(not_there)
+    }
+
+    /// Fetches hibernated sandbox `row`'s `image` and moves its row to this host (one taker:
+    /// `None` when the row changed first), as a hibernated [`Live`] whose wake restores the
+    /// fetched image.
+    async fn take_hibernated(
+        &self,
+        row: pandastack_store::SandboxRow,
+        image: &pandastack_store::ImageRow,
+    ) -> Result<Option<Arc<Live>>, ApiError> {
+        let (dir, rootfs, guest_dir) = self.fetch_image(image).await?;
         if !self
             .store
-            .move_hibernated(id, &row.host, &self.cfg.host_name)
+            .move_hibernated(&row.id, &row.host, &self.cfg.host_name)
             .await?
         {
-            // Another host took it first (or it changed): the request is answered as it stands.
+            // The fetched copy stays in the object cache (a winner may be waking from it).
             return Ok(None);
         }
-        tracing::warn!(sandbox_id = %id, from = %row.host, "taking over a hibernated sandbox of a host that is down");
         let mut row = row;
         row.host = self.cfg.host_name.clone();
         row.rootfs = rootfs;
@@ -242,5 +298,15 @@ impl Host {
         let live = Arc::new(Live::new(row));
         self.insert(live.clone());
         Ok(Some(live))
+    }
+
+    /// Forgets `live`, which another host took over (a drain): its local hibernation image
+    /// goes; the instance is already gone (hibernated).
+    pub fn forget_moved(&self, live: &Live, local_image: Option<PathBuf>) {
+        self.remove(&live.id);
+        if let Some(image) = local_image {
+            self.teardowns
+                .spawn_blocking(move || std::fs::remove_dir_all(image));
+        }
     }
 }

@@ -414,6 +414,39 @@ impl Host {
         Ok((dir, rootfs, guest))
     }
 
+    /// Removes this host's fetched copies of images that are no longer in the store (a
+    /// deleted snapshot; issue 12: a copy must not outlive its image). A copy of an image that
+    /// still exists stays for the next restore. Store errors keep the copy (the next sweep
+    /// decides). Run by the sweeper every 10 s.
+    pub(super) async fn sweep_object_cache(&self) {
+        if self.objects().is_none() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(objects::cache_dir(&self.cfg.data_dir)) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // `<image id>-<created_at ms>` (see `fetch_image`); anything else is a fetch's own.
+            let Some((id, created)) = name.rsplit_once('-') else {
+                continue;
+            };
+            let Ok(created) = created.parse::<i64>() else {
+                continue;
+            };
+            let current = match self.store.image(id).await {
+                Ok(row) => row.is_some_and(|r| r.created_at == created),
+                Err(_) => true,
+            };
+            if !current {
+                info!(image = %id, "removing the fetched copy of an image that is gone");
+                let path = entry.path();
+                self.teardowns
+                    .spawn_blocking(move || std::fs::remove_dir_all(path));
+            }
+        }
+    }
+
     /// Empties the object cache (start-up: what it held was fetched for restores that are
     /// over; a later restore fetches again).
     pub(super) fn clear_object_cache(&self) {

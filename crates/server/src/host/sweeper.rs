@@ -28,6 +28,7 @@ impl Host {
                 n += 1;
                 if n.is_multiple_of(40) {
                     host.trim_pools().await;
+                    host.sweep_object_cache().await;
                 }
             }
         });
