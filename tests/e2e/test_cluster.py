@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from conftest import PREVIEW_SUFFIX
 from lifecycle_fixtures import SecondServer, _copy_current_template, _pid_alive, scrub_data_dir, wait_until
 
 
@@ -42,7 +43,7 @@ os.environ.update({"AWS_ENDPOINT_URL": S3["ENDPOINT"], "AWS_REGION": "garage", "
                    "AWS_ACCESS_KEY_ID": S3["KEY_ID"], "AWS_SECRET_ACCESS_KEY": S3["SECRET"]})
 
 HOST_ARGS = ["--pool-size", "0", "--restore-targets", "0", "--idle-hibernate-seconds", "3600",
-             "--object-store", f"s3://{S3['BUCKET']}"]
+             "--object-store", f"s3://{S3['BUCKET']}", "--preview-host-suffix", PREVIEW_SUFFIX]
 
 
 def _psql(sql: str) -> None:
@@ -500,3 +501,26 @@ def test_a_drain_needs_a_cluster(server):
     r = requests.post(f"{server.url}/v1/hosts/nowhere/drain", headers=headers, timeout=30)
     assert r.status_code == 404, r.text
     assert requests.get(f"{server.url}/v1/hosts", headers=headers, timeout=30).json()[0]["state"] == "active"
+
+
+def test_a_preview_of_a_sandbox_on_b_is_served_through_a(clean):
+    """Issue 12: a host-based preview (`{port}-{id}.suffix`) that reaches host a for a sandbox
+    on b is relayed to b, which checks the preview token and serves the port."""
+    from net_fixtures import start_http_server
+
+    sid = clean.create_on(clean.a, "b")
+    sb = clean.client(clean.a).sandboxes.get(sid)
+    sb.filesystem.write("/srv/who", b"served on b")
+    start_http_server(sb)
+    host = f"8000-{sid}.{PREVIEW_SUFFIX}"
+    # No token: b refuses it, through a.
+    plain = requests.get(f"{clean.a.url}/who", headers={"Host": host}, timeout=30)
+    assert plain.status_code == 401 and "preview token" in plain.text, plain.text
+    tok = clean.call(clean.a, "POST", f"/v1/sandboxes/{sid}/preview-token", json={"port": 8000, "ttl_seconds": 600})
+    assert tok.status_code == 200, tok.text
+    first = requests.get(f"{clean.a.url}/who", params={"ps_token": tok.json()["token"]}, headers={"Host": host},
+                         allow_redirects=False, timeout=30)
+    assert first.status_code == 302, (first.status_code, first.text)
+    cookie = first.headers["set-cookie"].split(";")[0]
+    r = requests.get(f"{clean.a.url}/who", headers={"Host": host, "Cookie": cookie}, timeout=30)
+    assert (r.status_code, r.text) == (200, "served on b"), (r.status_code, r.text[:200])

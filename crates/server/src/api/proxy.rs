@@ -6,7 +6,8 @@
 //! `Upgrade` (WebSocket) is spliced byte for byte once the sandbox answers 101. Our bearer key
 //! and preview cookie are stripped before forwarding. Path-based requests authenticate with the
 //! bearer key of the sandbox's workspace or a preview token; host-based ones with a preview
-//! token (a browser cannot send a bearer header) unless `--public-previews`.
+//! token (a browser cannot send a bearer header) unless `--public-previews`. In a cluster, a
+//! host-based preview of another host's sandbox is relayed to that host, which serves it.
 
 use crate::auth::{self, Caller};
 use crate::error::ApiError;
@@ -88,6 +89,14 @@ pub async fn preview_hosts(State(st): State<AppState>, req: Request, next: Next)
     let Some((port, id)) = host.as_deref().and_then(|h| st.previews.parse_host(h)) else {
         return next.run(req).await;
     };
+    let relayed = crate::cluster::forward::is_relayed(&st.cluster, &req);
+    if let Some(owner) = preview_owner(&st, &id, relayed).await {
+        // Issue 12: another host's sandbox; that host authorizes and serves the preview (the
+        // Host header goes along, and upgrades are spliced through).
+        return crate::cluster::forward::to_host(&st.cluster, &owner, req, ())
+            .await
+            .unwrap_or_else(|e| e.into_response());
+    }
     let (headers, uri) = (req.headers().clone(), req.uri().clone());
     let path = uri.path().to_string();
     let query = uri.query().map(str::to_string);
@@ -95,6 +104,29 @@ pub async fn preview_hosts(State(st): State<AppState>, req: Request, next: Next)
         Ok(live) => serve(&st, &live, port, "", &path, query.as_deref(), req).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// The live host that runs sandbox `id` when it is not this one (a cluster, and the request
+/// not `relayed` here by another host); `None` to serve (or refuse) the preview here.
+async fn preview_owner(
+    st: &AppState,
+    id: &str,
+    relayed: bool,
+) -> Option<pandastack_store::HostRow> {
+    let cluster = &st.cluster;
+    if !cluster.cfg.shared || relayed || st.host.get_any(id).is_some() {
+        return None;
+    }
+    let row = st.host.store.sandbox(id).await.ok().flatten()?;
+    if row.host == cluster.cfg.host_name || row.deleted_at.is_some() {
+        return None;
+    }
+    cluster
+        .hosts()
+        .await
+        .ok()?
+        .into_iter()
+        .find(|h| h.name == row.host && !crate::cluster::is_down(h))
 }
 
 fn parse_port(text: &str) -> Result<u16, ApiError> {

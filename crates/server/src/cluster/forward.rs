@@ -88,7 +88,7 @@ fn copy_head(req: &Request) -> Request {
 }
 
 /// Whether `req` was relayed by another host of this cluster.
-fn is_relayed(cluster: &Cluster, req: &Request) -> bool {
+pub fn is_relayed(cluster: &Cluster, req: &Request) -> bool {
     req.headers().contains_key(FORWARDED_HEADER) && cluster.is_node(req.headers())
 }
 
