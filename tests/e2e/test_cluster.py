@@ -42,8 +42,11 @@ if not all(S3.values()):
 os.environ.update({"AWS_ENDPOINT_URL": S3["ENDPOINT"], "AWS_REGION": "garage", "AWS_ALLOW_HTTP": "true",
                    "AWS_ACCESS_KEY_ID": S3["KEY_ID"], "AWS_SECRET_ACCESS_KEY": S3["SECRET"]})
 
+# Small enough for the quota test to reach across both hosts, above what the others create.
+WORKSPACE_MAX_SANDBOXES = 24
 HOST_ARGS = ["--pool-size", "0", "--restore-targets", "0", "--idle-hibernate-seconds", "3600",
-             "--object-store", f"s3://{S3['BUCKET']}", "--preview-host-suffix", PREVIEW_SUFFIX]
+             "--object-store", f"s3://{S3['BUCKET']}", "--preview-host-suffix", PREVIEW_SUFFIX,
+             "--workspace-max-sandboxes", str(WORKSPACE_MAX_SANDBOXES)]
 
 
 def _psql(sql: str) -> None:
@@ -524,3 +527,16 @@ def test_a_preview_of_a_sandbox_on_b_is_served_through_a(clean):
     cookie = first.headers["set-cookie"].split(";")[0]
     r = requests.get(f"{clean.a.url}/who", headers={"Host": host, "Cookie": cookie}, timeout=30)
     assert (r.status_code, r.text) == (200, "served on b"), (r.status_code, r.text[:200])
+
+
+def test_the_workspace_sandbox_quota_counts_every_host(clean):
+    """The workspace quota (`--workspace-max-sandboxes`, 24 here) is the workspace's across
+    the cluster: with half of its sandboxes on each host, the next create on either answers
+    429 naming the quota (each host used to count only its own)."""
+    half = WORKSPACE_MAX_SANDBOXES // 2
+    for host in ("a", "b"):
+        for _ in range(half):
+            clean.create_on(clean.a, host)
+    for via, host in ((clean.a, "a"), (clean.b, "b")):
+        r = clean.call(via, "POST", "/v1/sandboxes", json={"template": "base", "host": host})
+        assert r.status_code == 429 and "workspace quota" in r.text, (r.status_code, r.text[:300])

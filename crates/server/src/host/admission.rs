@@ -103,8 +103,9 @@ impl Host {
     /// `new_sandboxes: false` (the sandbox already counts toward its workspace).
     ///
     /// # Errors
-    /// 429 when the workspace is at its sandbox quota; 503 with `Retry-After` when the host is
-    /// at its sandbox count or memory budget.
+    /// 429 when the workspace is at its sandbox quota (counted over every host of a cluster);
+    /// 503 with `Retry-After` when the host is at its sandbox count or memory budget; store
+    /// errors.
     pub async fn admit(
         &self,
         workspace_id: &str,
@@ -136,6 +137,23 @@ impl Host {
             .unwrap_or_else(|e| e.into_inner());
         instances += pooled + starting;
         committed += pooled_mb + starting_mb;
+        if new_sandboxes && self.cfg.cluster {
+            // The quota is the workspace's across the cluster: the other hosts' sandboxes are
+            // in the shared store (issue 12).
+            let stored = self
+                .store
+                .live_sandboxes(Some(workspace_id))
+                .await?
+                .iter()
+                .filter(|r| {
+                    !matches!(
+                        SandboxState::parse(&r.status),
+                        SandboxState::Deleted | SandboxState::Failed
+                    )
+                })
+                .count();
+            kept = kept.max(stored);
+        }
         if new_sandboxes && kept + count > limits.workspace_max_sandboxes {
             return Err(ApiError::TooManyRequests {
                 message: format!(
