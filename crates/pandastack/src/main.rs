@@ -25,7 +25,8 @@ enum Command {
     /// Bake templates on this host (server-side; needs root and mmdebstrap).
     #[command(name = "template-bake", hide = true)]
     TemplateBakeLocal(BakeArgs),
-    /// Administrative commands that act on the local data dir.
+    /// Administrative commands: workspaces (on the data dir's store) and hosts of a cluster
+    /// (through the API, with an operator key).
     #[command(subcommand)]
     Admin(AdminCommand),
     /// Internal: the per-sandbox shim that holds the guest channel.
@@ -255,6 +256,7 @@ enum AdminCommand {
     /// Move every sandbox off host NAME, live, and mark it draining (a cluster; through
     /// PANDASTACK_API with an operator key in PANDASTACK_API_KEY). Exits 1 when some stayed.
     Drain {
+        /// The host's name (`GET /v1/hosts`).
         name: String,
         /// Print the server's JSON report.
         #[arg(long)]
@@ -262,6 +264,7 @@ enum AdminCommand {
     },
     /// Let new sandboxes land on host NAME again after a drain.
     Activate {
+        /// The host's name (`GET /v1/hosts`).
         name: String,
         #[arg(long)]
         json: bool,
