@@ -145,6 +145,14 @@ def main() -> None:
             ("live drain: the whole call (one sandbox)", drain_total),
         ]))
     finally:
+        # A stopped server leaves its sandboxes running (by design): a failed run deletes
+        # them first, so it leaves no instance, mount or disk behind.
+        if "a" in hosts:
+            try:
+                for sb in hosts["a"].client.sandboxes.list():
+                    hosts["a"].http.delete(f"{hosts['a'].url}/v1/sandboxes/{sb.id}", timeout=120)
+            except Exception as e:  # noqa: BLE001 - best effort; the run already failed
+                print(f"bench: deleting the run's sandboxes: {e}", file=sys.stderr)
         for h in hosts.values():
             h.stop()
         subprocess.run(["psql", a.store, "-qc", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"],
