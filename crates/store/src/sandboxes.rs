@@ -168,6 +168,22 @@ impl Store {
             .collect::<Result<_, _>>()?)
     }
 
+    /// How many of workspace `workspace_id`'s sandboxes count toward its quota: not deleted
+    /// and not failed, on any host.
+    ///
+    /// # Errors
+    /// [`StoreError::Db`].
+    pub async fn quota_sandboxes(&self, workspace_id: &str) -> Result<u64, StoreError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM sandboxes
+             WHERE workspace_id = $1 AND deleted_at IS NULL AND status NOT IN ('failed', 'deleted')",
+        )
+        .bind(workspace_id)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(row.int(0)?.max(0) as u64)
+    }
+
     /// Sandboxes not deleted that live on `host`, oldest first (a host agent's own view,
     /// issue 12).
     ///
@@ -478,6 +494,14 @@ mod tests {
             }
             s.put_sandbox(&sandbox("s1", "a")).await.unwrap();
             s.put_sandbox(&sandbox("s2", "b")).await.unwrap();
+            let mut failed = sandbox("s3", "a");
+            failed.status = "failed".into();
+            s.put_sandbox(&failed).await.unwrap();
+            // The quota counts s1 only: s3 failed, s2 is b's.
+            assert_eq!(s.quota_sandboxes("a").await.unwrap(), 1);
+            let mut failed = sandbox("s3", "a");
+            failed.deleted_at = Some(1);
+            s.put_sandbox(&failed).await.unwrap();
             assert_eq!(s.sandbox("s1").await.unwrap().unwrap(), sandbox("s1", "a"));
             assert_eq!(s.live_sandboxes(Some("a")).await.unwrap().len(), 1);
             assert_eq!(s.live_sandboxes(None).await.unwrap().len(), 2);

@@ -148,18 +148,14 @@ async fn fork_elsewhere(
     let transfer =
         super::detached(async move { host.fork_for_transfer(&parent, metadata).await }).await?;
     let tree_id = transfer.base.id.clone();
-    let body = serde_json::to_vec(&transfer).map_err(|e| ApiError::internal("fork body", e))?;
-    let mut req = axum::http::Request::builder()
-        .method(axum::http::Method::POST)
-        .uri(format!("/v1{TRANSFER_PATH}"))
-        .header(axum::http::header::CONTENT_TYPE, "application/json")
-        .body(axum::body::Body::from(body))
-        .map_err(|e| ApiError::internal("fork request", e))?;
-    if let Some(auth) = headers.get(axum::http::header::AUTHORIZATION) {
-        req.headers_mut()
-            .insert(axum::http::header::AUTHORIZATION, auth.clone());
-    }
-    let resp = crate::cluster::forward::to_host(&st.cluster, &target, req, ()).await;
+    let resp = crate::cluster::forward::post_to_host(
+        &st.cluster,
+        &target,
+        &format!("/v1{TRANSFER_PATH}"),
+        Some(&transfer),
+        Some(headers),
+    )
+    .await;
     // The child (if any) is restored once the answer's head is here: its image goes.
     let host = st.host.clone();
     tokio::spawn(async move { host.end_transfer(&tree_id).await });

@@ -12,7 +12,7 @@ use crate::cluster::HostView;
 use crate::error::ApiError;
 use crate::extract::RequiredJson;
 use crate::AppState;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -87,18 +87,11 @@ async fn on_host(
             retry_after_s: crate::host::RETRY_AFTER_S,
         });
     }
-    let mut req = Request::builder()
-        .method(axum::http::Method::POST)
-        .uri(format!("/v1/hosts/{name}/{action}"))
-        .body(axum::body::Body::empty())
-        .map_err(|e| ApiError::internal("host request", e))?;
-    if let Some(auth) = headers.get(axum::http::header::AUTHORIZATION) {
-        req.headers_mut()
-            .insert(axum::http::header::AUTHORIZATION, auth.clone());
-    }
-    Ok(Some(
-        crate::cluster::forward::to_host(&st.cluster, &h, req, ()).await?,
-    ))
+    let path = format!("/v1/hosts/{name}/{action}");
+    let answer =
+        crate::cluster::forward::post_to_host::<()>(&st.cluster, &h, &path, None, Some(headers))
+            .await?;
+    Ok(Some(answer))
 }
 
 /// The row of host `name`.

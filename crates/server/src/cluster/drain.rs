@@ -47,8 +47,8 @@ pub struct Moved {
     pub sandbox_id: String,
     /// The host it runs on now.
     pub to: String,
-    /// Its state there: as before the drain (`running`, `paused` or `hibernated`), or
-    /// `hibernated` when the new host took it but could not wake it (the next request does).
+    /// Its state there: as before the drain (`running`, `paused` or `hibernated`), or what
+    /// the new host left it in when it took it but could not wake or pause it.
     pub state: String,
     /// From the start of its checkpoint here to its answer there, ms: the time a running
     /// sandbox did not answer.
@@ -107,7 +107,7 @@ pub async fn drain_here(st: &AppState) -> Result<DrainReport, ApiError> {
     Ok(report)
 }
 
-/// Moves one sandbox; `None` for one that needs no move (deleted, failed, being created).
+/// Moves one sandbox; `None` for one that needs no move (deleted, failed).
 async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiError> {
     let (state, holds_volumes, template, memory_mb) = {
         let r = live.row.lock().await;
@@ -118,11 +118,14 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
             r.memory_mb,
         )
     };
-    if !matches!(
-        state,
-        SandboxState::Running | SandboxState::Paused | SandboxState::Hibernated
-    ) {
-        return Ok(None);
+    match state {
+        SandboxState::Running | SandboxState::Paused | SandboxState::Hibernated => {}
+        SandboxState::Creating => {
+            return Err(ApiError::Conflict(
+                "it was being created when the drain began; drain again once it runs".into(),
+            ))
+        }
+        _ => return Ok(None),
     }
     if holds_volumes {
         return Err(ApiError::Conflict(
@@ -163,14 +166,14 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
         from: st.cluster.cfg.host_name.clone(),
         state: state.as_str().to_string(),
     };
-    let body = serde_json::to_vec(&adoption).map_err(|e| ApiError::internal("adoption", e))?;
-    let req = axum::http::Request::builder()
-        .method(axum::http::Method::POST)
-        .uri(format!("/v1{ADOPTION_PATH}"))
-        .header(axum::http::header::CONTENT_TYPE, "application/json")
-        .body(axum::body::Body::from(body))
-        .map_err(|e| ApiError::internal("adoption request", e))?;
-    let resp = super::forward::to_host(&st.cluster, &target, req, ()).await?;
+    let resp = super::forward::post_to_host(
+        &st.cluster,
+        &target,
+        &format!("/v1{ADOPTION_PATH}"),
+        Some(&adoption),
+        None,
+    )
+    .await?;
     let status = resp.status();
     let mut state_there = adoption.state.clone();
     if !status.is_success() {
@@ -178,23 +181,23 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
             .await
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
-        let moved = st
+        let Some(row) = st
             .host
             .store
             .sandbox(&live.id)
             .await?
-            .is_some_and(|r| r.host == target.name);
-        if !moved {
+            .filter(|r| r.host == target.name)
+        else {
             // Still hibernated here, with its image: a request wakes it on this host.
             return Err(ApiError::BadGateway(format!(
                 "host {} did not take it over ({status}): {text}",
                 target.name
             )));
-        }
-        // It took the row but could not wake it (full, say): it is hibernated there, and
-        // the next request wakes it there.
-        warn!(sandbox_id = %live.id, to = %target.name, answer = %text, "moved but not woken");
-        state_there = SandboxState::Hibernated.as_str().to_string();
+        };
+        // It took the row but failed after (its wake found it full, or a pause failed): the
+        // sandbox is there in the state the store says.
+        warn!(sandbox_id = %live.id, to = %target.name, answer = %text, state = %row.status, "moved, but not into its state");
+        state_there = row.status;
     }
     st.host.forget_moved(live, local_image);
     let ms = t.elapsed().as_millis() as u64;

@@ -12,7 +12,7 @@ use crate::error::ApiError;
 use crate::relay::{relay, RelayError};
 use crate::AppState;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method};
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use pandastack_store::HostRow;
@@ -178,6 +178,39 @@ pub async fn to_host<G: Send + Unpin + 'static>(
                 ApiError::BadGateway(format!("host {} did not answer: {e}", h.name))
             }
         })
+}
+
+/// Sends `POST {path}` (a `/v1/...` path) to host `h` with `body` as JSON (none: an empty
+/// body) and the caller's `Authorization` from `caller` when given, marked as relayed (the
+/// second half of a cross-host fork, a drain's take-over, a host operation): `h`'s answer.
+///
+/// # Errors
+/// 500 when `body` does not serialize; as [`to_host`].
+pub async fn post_to_host<T: serde::Serialize>(
+    cluster: &Cluster,
+    h: &HostRow,
+    path: &str,
+    body: Option<&T>,
+    caller: Option<&HeaderMap>,
+) -> Result<Response, ApiError> {
+    let mut builder = Request::builder().method(Method::POST).uri(path);
+    let body = match body {
+        Some(b) => {
+            builder = builder.header(axum::http::header::CONTENT_TYPE, "application/json");
+            axum::body::Body::from(
+                serde_json::to_vec(b).map_err(|e| ApiError::internal("host request body", e))?,
+            )
+        }
+        None => axum::body::Body::empty(),
+    };
+    let mut req = builder
+        .body(body)
+        .map_err(|e| ApiError::internal("host request", e))?;
+    if let Some(auth) = caller.and_then(|h| h.get(axum::http::header::AUTHORIZATION)) {
+        req.headers_mut()
+            .insert(axum::http::header::AUTHORIZATION, auth.clone());
+    }
+    to_host(cluster, h, req, ()).await
 }
 
 /// The socket address of an `http://HOST:PORT` advertise URL (resolved).

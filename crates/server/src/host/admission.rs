@@ -140,19 +140,8 @@ impl Host {
         if new_sandboxes && self.cfg.cluster {
             // The quota is the workspace's across the cluster: the other hosts' sandboxes are
             // in the shared store (issue 12).
-            let stored = self
-                .store
-                .live_sandboxes(Some(workspace_id))
-                .await?
-                .iter()
-                .filter(|r| {
-                    !matches!(
-                        SandboxState::parse(&r.status),
-                        SandboxState::Deleted | SandboxState::Failed
-                    )
-                })
-                .count();
-            kept = kept.max(stored);
+            let stored = self.store.quota_sandboxes(workspace_id).await?;
+            kept = kept.max(usize::try_from(stored).unwrap_or(usize::MAX));
         }
         if new_sandboxes && kept + count > limits.workspace_max_sandboxes {
             return Err(ApiError::TooManyRequests {
