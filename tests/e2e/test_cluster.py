@@ -6,6 +6,11 @@ store for snapshot, hibernation and fork images. Each test
 drives them through the published Python SDK (or raw HTTP for what the SDK has no call for:
 the placement hint, `GET /v1/hosts`).
 
+Host b's template builds are not a's: the fixture adds one file to b's copies (`/etc/` +
+BAKE_MARK), as an independent bake of the same recipe would differ, so every image that moves
+between the hosts restores onto the build it was taken on, published to the object store by
+its host and fetched by the other (issue 12 point 6).
+
 The hosts run without a warm pool or restore targets (`--pool-size 0 --restore-targets 0`), so
 every container runsc lists under a host's root is a sandbox's, which the fencing test counts.
 """
@@ -49,6 +54,17 @@ HOST_ARGS = ["--pool-size", "0", "--restore-targets", "0", "--idle-hibernate-sec
              "--workspace-max-sandboxes", str(WORKSPACE_MAX_SANDBOXES)]
 
 
+# The file only b's template builds have (module doc).
+BAKE_MARK = "pandastack-bake-of-b"
+
+
+def _mark_bake(template_dir) -> None:
+    """Makes the current build in `template_dir` differ from the original it was hard-linked
+    from: a new file (a new inode: the original's files are untouched) in its `etc/`."""
+    current = (template_dir / "current").read_text().strip()
+    (template_dir / current / "rootfs" / "etc" / BAKE_MARK).write_text("b\n")
+
+
 def _psql(sql: str) -> None:
     subprocess.run(["psql", PG_URL, "-v", "ON_ERROR_STOP=1", "-qc", sql], check=True, timeout=60,
                    stdin=subprocess.DEVNULL, capture_output=True)
@@ -69,6 +85,8 @@ class Cluster:
             (data_dir / "templates").mkdir(parents=True)
             for tpl in ("base", "code-interpreter"):
                 _copy_current_template(server.data_dir / "templates", data_dir / "templates", tpl)
+                if name == "b":
+                    _mark_bake(data_dir / "templates" / tpl)
             self.hosts[name] = SecondServer(
                 server.binary, data_dir, server.log.parent / f"server-cluster-{name}.log",
                 ["--store", db_url, "--host-name", name] + HOST_ARGS,
@@ -377,7 +395,7 @@ def test_a_snapshot_taken_on_a_restores_on_b_and_its_delete_removes_its_objects(
     sb.create_code_context().run_code("secret = 'taken on a'")
     snap = sb.snapshot()
     wait_until(lambda: clean.call(clean.b, "GET", f"/v1/snapshots/{snap}").json()["uploaded"],
-               timeout=120, interval=0.5, what="the snapshot to be uploaded")
+               timeout=300, interval=0.5, what="the snapshot to be uploaded")
     keys = clean.objects(f"snapshots/{snap}/")
     assert f"snapshots/{snap}/manifest.json" in keys and f"snapshots/{snap}/pages.img" in keys, keys
     r = clean.call(clean.a, "POST", "/v1/sandboxes", json={"from_snapshot": snap, "host": "b"})
@@ -397,6 +415,49 @@ def test_a_snapshot_taken_on_a_restores_on_b_and_its_delete_removes_its_objects(
     assert restored.exec("echo alive").stdout == "alive\n"
 
 
+def _wait_uploaded(c: Cluster, snap: str) -> None:
+    # The first image of a build may wait for the build's own upload (hundreds of MiB).
+    wait_until(lambda: c.call(c.a, "GET", f"/v1/snapshots/{snap}").json()["uploaded"],
+               timeout=300, interval=0.5, what=f"snapshot {snap} to be uploaded")
+
+
+def test_hosts_with_their_own_bakes_restore_each_others_images_onto_the_fetched_build(clean):
+    """Issue 12 point 6: an image taken on a restores on b (whose own build differs, module
+    doc) onto a's build, which a published under its manifest digest before the image counted
+    as uploaded and b fetched, checked, into `fetched-templates/<digest>/`. The restored
+    sandbox runs on a's build (no BAKE_MARK) while a fresh create on b runs on b's own; a
+    snapshot of it goes back to a onto a's own build, with nothing fetched there."""
+    client = clean.client(clean.a)
+    sb = client.sandboxes.get(clean.create_on(clean.a, "a"))
+    assert sb.exec(f"test -e /etc/{BAKE_MARK}").exit_code == 1
+    sb.exec("echo 'written on a' > /root/note")
+    snap = sb.snapshot()
+    _wait_uploaded(clean, snap)
+    archives = [k for k in clean.objects("template-builds/") if k.endswith("/rootfs.tar")]
+    assert archives, clean.objects("template-builds/")
+    r = clean.call(clean.a, "POST", "/v1/sandboxes", json={"from_snapshot": snap, "host": "b"})
+    assert r.status_code == 201, r.text
+    restored = client.sandboxes.get(r.json()["id"])
+    assert restored.exec("cat /root/note").stdout == "written on a\n"
+    assert restored.exec(f"test -e /etc/{BAKE_MARK}").exit_code == 1, "restored onto b's own build"
+    fresh = client.sandboxes.get(clean.create_on(clean.a, "b"))
+    assert fresh.exec(f"test -e /etc/{BAKE_MARK}").exit_code == 0, "b's creates use b's build"
+    fetched = [p.name for p in (clean.b.data_dir / "fetched-templates").iterdir() if len(p.name) == 64]
+    assert fetched, "b fetched no build"
+    for digest in fetched:
+        assert f"template-builds/{digest}/rootfs.tar" in archives, (digest, archives)
+        assert (clean.b.data_dir / "fetched-templates" / digest / "rootfs" / "etc" / "hostname").exists()
+    back = restored.snapshot()
+    _wait_uploaded(clean, back)
+    r = clean.call(clean.b, "POST", "/v1/sandboxes", json={"from_snapshot": back, "host": "a"})
+    assert r.status_code == 201, r.text
+    assert client.sandboxes.get(r.json()["id"]).exec("cat /root/note").stdout == "written on a\n"
+    fetched_on_a = clean.a.data_dir / "fetched-templates"
+    assert not fetched_on_a.exists() or not list(fetched_on_a.iterdir()), "a fetched its own build"
+    for s in (snap, back):
+        assert clean.call(clean.a, "DELETE", f"/v1/snapshots/{s}").status_code == 204
+
+
 def test_a_sandbox_hibernated_on_a_wakes_on_b_after_a_is_killed(clean):
     """Issue 12 point 7: a's hibernated sandbox, its image uploaded, survives a kill -9 of a:
     once a is seen down, a request through b takes it over and wakes it there."""
@@ -407,7 +468,7 @@ def test_a_sandbox_hibernated_on_a_wakes_on_b_after_a_is_killed(clean):
     r = clean.call(clean.a, "POST", f"/v1/sandboxes/{sid}/hibernate")
     assert r.status_code in (200, 202, 204), r.text
     wait_until(lambda: any(k.endswith("/manifest.json") for k in clean.objects(f"hibernate/{sid}/")),
-               timeout=120, interval=0.5, what="the hibernation image to be uploaded")
+               timeout=300, interval=0.5, what="the hibernation image to be uploaded")
     clean.a.proc.send_signal(signal.SIGKILL)
     clean.a.proc.wait(timeout=30)
 

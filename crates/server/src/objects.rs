@@ -209,6 +209,149 @@ impl Objects {
         })
     }
 
+    /// Uploads what `produce` writes (on a blocking thread) as the one file `name` under
+    /// `prefix`, multipart, then the manifest listing it; returns the bytes uploaded and what
+    /// `produce` returned. When `produce` fails the upload is aborted and no manifest written.
+    ///
+    /// # Errors
+    /// `produce`'s error ([`ObjectsError::Io`]); store errors.
+    pub async fn upload_stream<T: Send + 'static>(
+        &self,
+        prefix: &str,
+        name: &str,
+        produce: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<T> + Send + 'static,
+    ) -> Result<(u64, T), ObjectsError> {
+        let (writer, mut reader) = tokio::io::duplex(PART_BYTES);
+        let bridge = tokio_util::io::SyncIoBridge::new(writer);
+        let producer = tokio::task::spawn_blocking(move || {
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, bridge);
+            let value = produce(&mut out)?;
+            std::io::Write::flush(&mut out)?;
+            Ok::<_, std::io::Error>(value)
+        });
+        let mut upload = WriteMultipart::new_with_chunk_size(
+            self.store.put_multipart(&key(prefix, name)).await?,
+            PART_BYTES,
+        );
+        let mut hash = Sha256::new();
+        let mut size = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        let sent = async {
+            loop {
+                let n = reader.read(&mut buf).await?;
+                if n == 0 {
+                    break;
+                }
+                hash.update(&buf[..n]);
+                size += n as u64;
+                upload.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                upload.write(&buf[..n]);
+            }
+            Ok::<_, ObjectsError>(())
+        }
+        .await;
+        // An upload that failed drops the reader, so the producer's next write fails too.
+        drop(reader);
+        let produced = producer
+            .await
+            .map_err(|e| ObjectsError::Io(std::io::Error::other(e.to_string())));
+        let value = match (sent, produced) {
+            (Ok(()), Ok(Ok(value))) => value,
+            (Err(e), _) | (Ok(()), Err(e)) => {
+                let _ = upload.abort().await;
+                return Err(e);
+            }
+            (Ok(()), Ok(Err(e))) => {
+                let _ = upload.abort().await;
+                return Err(e.into());
+            }
+        };
+        upload.finish().await?;
+        let files = vec![FileEntry {
+            name: name.to_string(),
+            size,
+            sha256: hex::encode(hash.finalize()),
+        }];
+        let manifest = serde_json::to_vec(&Manifest { files })
+            .map_err(|e| ObjectsError::Config(e.to_string()))?;
+        self.store
+            .put(&key(prefix, MANIFEST), manifest.into())
+            .await?;
+        Ok((size, value))
+    }
+
+    /// Bytes of the file `name` of the object under `prefix`, from its manifest.
+    ///
+    /// # Errors
+    /// [`ObjectsError::Missing`] when there is no manifest or it does not list `name`;
+    /// store errors.
+    pub async fn stream_size(&self, prefix: &str, name: &str) -> Result<u64, ObjectsError> {
+        Ok(self.manifest_entry(prefix, name).await?.size)
+    }
+
+    async fn manifest_entry(&self, prefix: &str, name: &str) -> Result<FileEntry, ObjectsError> {
+        let manifest = match self.store.get(&key(prefix, MANIFEST)).await {
+            Ok(r) => r.bytes().await?,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(ObjectsError::Missing(prefix.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let manifest: Manifest =
+            serde_json::from_slice(&manifest).map_err(|_| ObjectsError::Checksum {
+                prefix: prefix.to_string(),
+                file: MANIFEST.into(),
+            })?;
+        manifest
+            .files
+            .into_iter()
+            .find(|f| f.name == name)
+            .ok_or_else(|| ObjectsError::Missing(format!("{prefix}/{name}")))
+    }
+
+    /// Streams the file `name` under `prefix` into `consume` (on a blocking thread), checking
+    /// its size and SHA-256 against the manifest as it is read (what `consume` leaves unread
+    /// is read too). `consume`'s result counts only when the check passes; the caller undoes
+    /// what `consume` made otherwise.
+    ///
+    /// # Errors
+    /// [`ObjectsError::Missing`]; [`ObjectsError::Checksum`] on a mismatch; `consume`'s error
+    /// ([`ObjectsError::Io`]); store errors.
+    pub async fn fetch_stream<T: Send + 'static>(
+        &self,
+        prefix: &str,
+        name: &str,
+        consume: impl FnOnce(&mut dyn std::io::Read) -> std::io::Result<T> + Send + 'static,
+    ) -> Result<T, ObjectsError> {
+        let entry = self.manifest_entry(prefix, name).await?;
+        let stream = self
+            .store
+            .get(&key(prefix, name))
+            .await?
+            .into_stream()
+            .map(|chunk| chunk.map_err(std::io::Error::other));
+        let bridge = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+        let (value, size, sha) = tokio::task::spawn_blocking(move || {
+            let mut reader = Hashing {
+                inner: std::io::BufReader::with_capacity(1 << 20, bridge),
+                hash: Sha256::new(),
+                size: 0,
+            };
+            let value = consume(&mut reader)?;
+            std::io::copy(&mut reader, &mut std::io::sink())?;
+            Ok::<_, std::io::Error>((value, reader.size, hex::encode(reader.hash.finalize())))
+        })
+        .await
+        .map_err(|e| ObjectsError::Io(std::io::Error::other(e.to_string())))??;
+        if size != entry.size || sha != entry.sha256 {
+            return Err(ObjectsError::Checksum {
+                prefix: prefix.to_string(),
+                file: name.to_string(),
+            });
+        }
+        Ok(value)
+    }
+
     /// Makes `dir` a checked copy of the image under `prefix` (see the module doc); returns at
     /// once when `dir` exists. Concurrent calls for one prefix download it once.
     ///
@@ -356,6 +499,22 @@ impl Objects {
     }
 }
 
+/// A reader that hashes and counts what passes through it.
+struct Hashing<R> {
+    inner: R,
+    hash: Sha256,
+    size: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+}
+
 fn key(prefix: &str, name: &str) -> ObjectPath {
     ObjectPath::from(format!("{prefix}/{name}"))
 }
@@ -375,6 +534,12 @@ pub fn hibernate_prefix(id: &str, at: i64) -> String {
 /// The object-store prefix of a cross-host fork's capture (fork tree `tree_id`).
 pub fn fork_prefix(tree_id: &str) -> String {
     format!("forks/{tree_id}")
+}
+
+/// The object-store prefix of the template build whose rootfs has manifest digest `digest`
+/// (content-addressed: hosts holding copies of one build publish it once).
+pub fn template_build_prefix(digest: &str) -> String {
+    format!("template-builds/{digest}")
 }
 
 /// Where this host keeps images fetched from the object store: `<data_dir>/object-cache/`.
@@ -429,6 +594,60 @@ mod tests {
             objects.fetch_dir("snapshots/s1", &again).await,
             Err(ObjectsError::Missing(_))
         ));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn a_stream_round_trips_checked_and_a_failed_producer_leaves_no_object() {
+        let root = tempfile_dir("objects-stream");
+        let store_dir = root.join("store");
+        let objects = Objects::open(&format!("file://{}", store_dir.display())).unwrap();
+        let data: Vec<u8> = (0..(PART_BYTES * 2 + 77))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let sent = data.clone();
+        let (n, tag) = objects
+            .upload_stream("template-builds/d1", "rootfs.tar", move |w| {
+                w.write_all(&sent)?;
+                Ok("made")
+            })
+            .await
+            .unwrap();
+        assert_eq!((n, tag), (data.len() as u64, "made"));
+        assert_eq!(
+            objects
+                .stream_size("template-builds/d1", "rootfs.tar")
+                .await
+                .unwrap(),
+            n
+        );
+        // The consumer reads only a part: the rest is read (and checked) all the same.
+        let head = objects
+            .fetch_stream("template-builds/d1", "rootfs.tar", |r| {
+                let mut head = vec![0u8; 10];
+                r.read_exact(&mut head)?;
+                Ok(head)
+            })
+            .await
+            .unwrap();
+        assert_eq!(head, data[..10]);
+        std::fs::write(store_dir.join("template-builds/d1/rootfs.tar"), b"other").unwrap();
+        assert!(matches!(
+            objects
+                .fetch_stream("template-builds/d1", "rootfs.tar", |r| {
+                    std::io::copy(r, &mut std::io::sink())
+                })
+                .await,
+            Err(ObjectsError::Checksum { .. })
+        ));
+        let failed = objects
+            .upload_stream("template-builds/d2", "rootfs.tar", |w| {
+                w.write_all(&[1u8; 1000])?;
+                Err::<(), _>(std::io::Error::other("walk failed"))
+            })
+            .await;
+        assert!(matches!(failed, Err(ObjectsError::Io(_))));
+        assert!(!objects.exists("template-builds/d2").await.unwrap());
         let _ = std::fs::remove_dir_all(&root);
     }
 

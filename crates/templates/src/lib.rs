@@ -62,6 +62,7 @@ mod recipe;
 mod store;
 #[cfg(test)]
 mod testutil;
+pub mod transfer;
 mod verify;
 mod wheels;
 

@@ -192,6 +192,9 @@ impl Host {
         let uploaded = async {
             let origin = self.origin_of(&base.rootfs, &base.guest_dir).await?;
             let started = std::time::Instant::now();
+            self.publish_origin(&origin).await.map_err(|e| {
+                ApiError::BadGateway(format!("publishing the parent's template build: {e}"))
+            })?;
             objects
                 .upload_dir(&prefix, &image)
                 .await

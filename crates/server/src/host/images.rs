@@ -8,13 +8,12 @@
 //! **Template identity.** A checkpoint restores only onto the byte-identical rootfs it was
 //! taken on. The image's `origin` records the template build it ran on (its directory relative
 //! to the data dir, e.g. `templates/code-interpreter/<hash>-g<N>`) and the build's *manifest
-//! digest*: the SHA-256 over every path of the rootfs with its type, mode, owner, size (files)
-//! and modification time (ns) and symlink target. Builds are never changed in place, so the
-//! digest is computed once per build and process (~1.5 s for code-interpreter). A host
-//! restores another host's image only onto its own build of the same directory name whose
-//! digest matches; else the restore is refused (409) naming both digests. Copies of one bake
-//! (hard links, `cp -a`, rsync -a) match; independent bakes of one recipe do not (they differ
-//! in generated files and times), and a restore across them would fail inside runsc.
+//! digest* (`pandastack_templates::transfer::manifest_digest`: every path with its type, mode,
+//! owner, size, modification time in ns and symlink target). Builds are never changed in
+//! place, so the digest is computed once per build and process (~1.5 s for code-interpreter).
+//! A host restores another host's image onto its own build with that digest, or onto a copy
+//! of the image's build fetched from the object store (`shared_builds.rs`): before an image is
+//! uploaded, its build is published there, keyed by the digest.
 //! The guest daemon directory (content-addressed by its SHA-256) must exist on both hosts.
 
 use super::Host;
@@ -22,7 +21,6 @@ use crate::error::ApiError;
 use crate::objects::{self, Objects};
 use pandastack_store::images::{ImageRow, SNAPSHOT};
 use pandastack_store::now_ms;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,63 +40,6 @@ pub struct Origin {
     pub manifest: String,
     /// The guest daemon directory's name (`guest/<sha256-16>`).
     pub guest: String,
-}
-
-/// The manifest digest of the tree at `root` (module doc). Blocking.
-///
-/// # Errors
-/// I/O errors of the walk.
-pub fn rootfs_manifest(root: &Path) -> std::io::Result<String> {
-    use sha2::Digest;
-    let mut hash = sha2::Sha256::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let mut names: Vec<_> = std::fs::read_dir(root.join(&rel))?
-            .filter_map(Result::ok)
-            .map(|e| e.file_name())
-            .collect();
-        names.sort();
-        // Depth first, children in name order: the digest does not depend on readdir order.
-        let mut dirs = Vec::new();
-        for name in names {
-            let path = rel.join(&name);
-            let md = std::fs::symlink_metadata(root.join(&path))?;
-            let ft = md.file_type();
-            let kind = if ft.is_dir() {
-                'd'
-            } else if ft.is_symlink() {
-                'l'
-            } else if ft.is_file() {
-                'f'
-            } else {
-                'o'
-            };
-            let target = if ft.is_symlink() {
-                std::fs::read_link(root.join(&path))?.display().to_string()
-            } else {
-                String::new()
-            };
-            // A directory's size depends on the filesystem, not its content.
-            let size = if ft.is_dir() { 0 } else { md.size() };
-            hash.update(
-                format!(
-                    "{}\0{kind}\0{:o}\0{}\0{}\0{size}\0{}.{}\0{target}\n",
-                    path.display(),
-                    md.mode(),
-                    md.uid(),
-                    md.gid(),
-                    md.mtime(),
-                    md.mtime_nsec()
-                )
-                .as_bytes(),
-            );
-            if ft.is_dir() {
-                dirs.push(path);
-            }
-        }
-        stack.extend(dirs.into_iter().rev());
-    }
-    Ok(hex::encode(hash.finalize()))
 }
 
 impl Host {
@@ -131,7 +72,7 @@ impl Host {
         })
     }
 
-    async fn manifest_of(&self, rootfs: &Path) -> Result<String, ApiError> {
+    pub(super) async fn manifest_of(&self, rootfs: &Path) -> Result<String, ApiError> {
         if let Some(m) = self
             .manifests
             .lock()
@@ -142,10 +83,12 @@ impl Host {
         }
         let path = rootfs.to_path_buf();
         let started = std::time::Instant::now();
-        let digest = tokio::task::spawn_blocking(move || rootfs_manifest(&path))
-            .await
-            .map_err(|e| ApiError::internal("rootfs manifest", e))?
-            .map_err(|e| ApiError::internal("rootfs manifest", e))?;
+        let digest = tokio::task::spawn_blocking(move || {
+            pandastack_templates::transfer::manifest_digest(&path)
+        })
+        .await
+        .map_err(|e| ApiError::internal("rootfs manifest", e))?
+        .map_err(|e| ApiError::internal("rootfs manifest", e))?;
         info!(rootfs = %rootfs.display(), ms = started.elapsed().as_millis() as u64, "rootfs manifest");
         self.manifests
             .lock()
@@ -154,29 +97,23 @@ impl Host {
         Ok(digest)
     }
 
-    /// This host's rootfs and guest dir for an image of `origin` taken on another host.
+    /// This host's rootfs and guest dir for an image of `origin` taken on another host: its
+    /// build of the same directory when the digests match, else [`Host::rootfs_for`] (another
+    /// local build with that digest, or a copy from the object store).
     ///
     /// # Errors
-    /// 409 when this host has no such template build, its build differs (manifest digests
-    /// named), or it lacks that guest daemon.
+    /// 409 when no build with the image's digest can be had here or this host lacks that guest
+    /// daemon; 502/507 from fetching the build (see [`Host::rootfs_for`]).
     pub async fn local_dirs(&self, origin: &Origin) -> Result<(String, String), ApiError> {
-        let build = self.cfg.data_dir.join(&origin.build);
-        let rootfs = build.join("rootfs");
-        if origin.build.contains("..") || !rootfs.is_dir() {
-            return Err(ApiError::Conflict(format!(
-                "the image was taken on template build {}, which this host ({}) does not have",
-                origin.build, self.cfg.host_name
-            )));
-        }
-        let mine = self.manifest_of(&rootfs).await?;
-        if mine != origin.manifest {
-            return Err(ApiError::Conflict(format!(
-                "this host's template build {} is not the one the image was taken on (rootfs manifest {} here, {} in the image): restore it on a host holding a copy of that build",
-                origin.build,
-                &mine[..16],
-                &origin.manifest[..origin.manifest.len().min(16)]
-            )));
-        }
+        let same = self.cfg.data_dir.join(&origin.build).join("rootfs");
+        let rootfs = if !origin.build.contains("..")
+            && same.is_dir()
+            && self.manifest_of(&same).await? == origin.manifest
+        {
+            same
+        } else {
+            self.rootfs_for(origin).await?
+        };
         let guest = self.cfg.data_dir.join("guest").join(&origin.guest);
         if origin.guest.is_empty() || origin.guest.contains('/') || !guest.is_dir() {
             return Err(ApiError::Conflict(format!(
@@ -234,15 +171,9 @@ impl Host {
         if self.objects().is_none() {
             return;
         }
-        // The first image of each build would otherwise wait for its manifest (~1.5 s).
-        let me = self.clone();
-        tokio::spawn(async move {
-            for t in me.all_current_templates() {
-                if let Err(e) = me.manifest_of(&t.rootfs).await {
-                    warn!(template = %t.name, error = %e, "rootfs manifest");
-                }
-            }
-        });
+        // The first image of each build would otherwise wait for its manifest (~1.5 s) and
+        // the build's upload.
+        self.publish_current_builds_later();
         match self.store.pending_images(&self.cfg.host_name).await {
             Ok(rows) => {
                 for row in rows {
@@ -273,7 +204,14 @@ impl Host {
         loop {
             attempt += 1;
             let started = std::time::Instant::now();
-            let result = objects.upload_dir(&prefix, Path::new(&row.dir)).await;
+            // The image is of use elsewhere only with its template build (shared_builds.rs).
+            let result = match serde_json::from_value::<Origin>(row.origin.clone()) {
+                Ok(origin) => match self.publish_origin(&origin).await {
+                    Ok(()) => objects.upload_dir(&prefix, Path::new(&row.dir)).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(objects::ObjectsError::Config(format!("image origin: {e}"))),
+            };
             // The image may have been deleted (or woken) while it uploaded.
             let current = self.store.image(&row.id).await.ok().flatten();
             if current
@@ -468,35 +406,4 @@ fn prefix_of(row: &ImageRow) -> String {
 /// The image id of sandbox `id`'s hibernation image.
 pub fn hibernate_image_id(id: &str) -> String {
     format!("hibernate-{id}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_manifest_follows_content_metadata_not_the_tree_location() {
-        let root = std::env::temp_dir().join(format!("manifest-{}", uuid::Uuid::new_v4().simple()));
-        let a = root.join("a");
-        std::fs::create_dir_all(a.join("etc/sub")).unwrap();
-        std::fs::write(a.join("etc/hostname"), b"sandbox").unwrap();
-        std::os::unix::fs::symlink("hostname", a.join("etc/link")).unwrap();
-        let digest = rootfs_manifest(&a).unwrap();
-        // A hard-linked copy (what `cp -al` makes) has the same digest.
-        let b = root.join("b");
-        let ok = std::process::Command::new("cp")
-            .args(["-al", &a.display().to_string(), &b.display().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        assert_eq!(rootfs_manifest(&b).unwrap(), digest);
-        // Any change of content size, name or link target changes it.
-        std::fs::write(a.join("etc/hostname"), b"sandbox2").unwrap();
-        assert_ne!(rootfs_manifest(&a).unwrap(), digest);
-        std::fs::remove_file(b.join("etc/link")).unwrap();
-        std::os::unix::fs::symlink("other", b.join("etc/link")).unwrap();
-        assert_ne!(rootfs_manifest(&b).unwrap(), digest);
-        let _ = std::fs::remove_dir_all(&root);
-    }
 }

@@ -18,6 +18,7 @@ mod pause;
 mod pool;
 mod ready;
 mod recover;
+pub mod shared_builds;
 mod snapshot;
 mod sweeper;
 mod template_image;
@@ -135,6 +136,8 @@ pub struct Host {
     volume_holds: volumes::Holds,
     /// Rootfs manifest digests of template builds, by rootfs path (images.rs).
     manifests: Mutex<HashMap<PathBuf, String>>,
+    /// Template builds published to and fetched from the object store (shared_builds.rs).
+    shared_builds: shared_builds::SharedBuilds,
 }
 
 impl Host {
@@ -161,6 +164,7 @@ impl Host {
             builds,
             volume_holds: volumes::Holds::default(),
             manifests: Mutex::default(),
+            shared_builds: shared_builds::SharedBuilds::default(),
         })
     }
 

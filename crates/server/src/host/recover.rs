@@ -101,6 +101,7 @@ impl Host {
         // Issue 12: fetched copies are for restores that are over; uploads a stop cut short
         // start again.
         self.clear_object_cache();
+        self.clear_partial_fetched_builds();
         self.resume_uploads().await;
         Ok(())
     }

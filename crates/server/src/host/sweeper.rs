@@ -29,6 +29,7 @@ impl Host {
                 if n.is_multiple_of(40) {
                     host.trim_pools().await;
                     host.sweep_object_cache().await;
+                    host.sweep_fetched_builds().await;
                 }
             }
         });

@@ -325,6 +325,24 @@ impl InRoot {
         set_owner_mode(&fd, owner, mode)
     }
 
+    /// Sets the access and modification times of `path` itself (a final symlink is not
+    /// followed; `""` is the root) to `(seconds, nanoseconds)`.
+    ///
+    /// # Errors
+    /// `NotFound`, ENOTDIR, I/O errors.
+    pub fn set_times(&self, path: &str, (sec, nsec): (i64, i64)) -> io::Result<()> {
+        let parts = components(path)?;
+        let times = timestamps(sec, nsec);
+        let Some((name, parent)) = parts.split_last() else {
+            let root = self.resolve(&[], OFlags::DIRECTORY | OFlags::RDONLY)?;
+            rustix::fs::futimens(&root, &times)?;
+            return Ok(());
+        };
+        let dir = self.resolve(parent, OFlags::DIRECTORY | OFlags::RDONLY)?;
+        rustix::fs::utimensat(&dir, *name, &times, AtFlags::SYMLINK_NOFOLLOW)?;
+        Ok(())
+    }
+
     /// Reads the regular file `path` (following symlinks inside the tree), at most `max`
     /// bytes; `None` when it does not exist.
     ///
@@ -416,6 +434,27 @@ pub fn set_mtime(file: &File, seconds: i64) -> io::Result<()> {
         },
     )?;
     Ok(())
+}
+
+/// Sets the access and modification times of an open file to `(seconds, nanoseconds)` (a
+/// template build moved between hosts keeps its times exactly: `crate::transfer`).
+///
+/// # Errors
+/// I/O errors.
+pub fn set_file_times(file: &File, (sec, nsec): (i64, i64)) -> io::Result<()> {
+    rustix::fs::futimens(file.as_fd(), &timestamps(sec, nsec))?;
+    Ok(())
+}
+
+fn timestamps(sec: i64, nsec: i64) -> Timestamps {
+    let t = Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    };
+    Timestamps {
+        last_access: t,
+        last_modification: t,
+    }
 }
 
 /// Owner first, then mode: chown clears the setuid and setgid bits.

@@ -1,0 +1,354 @@
+//! Template builds in object storage (issue 12 point 6: "cross-host restore needs the
+//! byte-identical rootfs the image was taken on, so a template build is published once and
+//! other hosts fetch it instead of baking their own").
+//!
+//! **Publish.** Before a host uploads an image (snapshot, hibernation, drain, cross-host fork
+//! capture) it makes sure the template build the image ran on is in the object store:
+//! `template-builds/<manifest digest>/rootfs.tar` (`pandastack_templates::transfer::pack`:
+//! numeric owners, modes, hard links, times to the nanosecond) with the manifest listing its
+//! size and SHA-256. The key is the rootfs manifest digest, so hosts holding copies of one
+//! bake share one object and a second host never uploads it again; each host checks once per
+//! process and digest. So an image is `uploaded` only when its build is too, and whichever
+//! host restores it can get everything it needs. The start-up of a host with an object store
+//! publishes its current builds in the background, off the first image's path.
+//!
+//! **Fetch.** A host restoring an image whose build it lacks (another bake of the template, a
+//! user template built elsewhere, a build retired here since) uses, in order: its build of the
+//! same directory with the same digest, any current build of its own with that digest, a copy
+//! fetched earlier (`<data_dir>/fetched-templates/<digest>/rootfs`), or fetches one now:
+//! the archive is streamed into `<digest>.partial/rootfs` (checked against the manifest's
+//! SHA-256 as it is read; the host's disk reserve must hold its size), its manifest digest is
+//! computed and compared with the image's, and only then is it renamed into place. Concurrent
+//! restores of one build fetch it once.
+//!
+//! **Lifetime.** A fetched build stays while a sandbox of this host runs on it (hibernated
+//! ones included) and for 10 minutes after its last use, then the sweeper removes it; a
+//! restart removes half-fetched ones. Objects under `template-builds/` are never deleted by a
+//! host: images on any host may need them, and one object per distinct build is small next to
+//! the images.
+
+use super::Host;
+use crate::error::ApiError;
+use crate::host::images::Origin;
+use crate::objects::{self, ObjectsError};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// Directory under the data dir holding template builds fetched from the object store.
+pub const FETCHED_TEMPLATES_DIR: &str = "fetched-templates";
+/// The archive's object name under a build's prefix.
+const ARCHIVE: &str = "rootfs.tar";
+/// A fetched build no sandbox of this host runs on is removed this long after its last use.
+const KEEP_UNUSED: Duration = Duration::from_secs(600);
+/// Touched at every use of a fetched build (its mtime is the last use).
+const USED: &str = "used";
+
+/// What this host knows of published and fetched builds (one per host).
+#[derive(Default)]
+pub struct SharedBuilds {
+    /// Digests known to be in the object store.
+    published: Mutex<HashSet<String>>,
+    /// One lock per digest being published or fetched (coalesces concurrent calls).
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl SharedBuilds {
+    fn is_published(&self, digest: &str) -> bool {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(digest)
+    }
+
+    fn set_published(&self, digest: &str) {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(digest.to_string());
+    }
+
+    fn lock_of(&self, digest: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(digest.to_string()).or_default().clone()
+    }
+}
+
+/// A manifest digest as written by this code: 64 lowercase hex digits (it names a directory
+/// and an object prefix, so nothing else is accepted from an image row).
+fn valid_digest(digest: &str) -> bool {
+    digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+impl Host {
+    /// Makes sure the build `origin` names (a build of this host) is in the object store
+    /// (module doc). Without an object store there is nothing to do.
+    ///
+    /// # Errors
+    /// A build that is not in this data dir or cannot be packed; store errors.
+    pub(super) async fn publish_origin(&self, origin: &Origin) -> Result<(), ObjectsError> {
+        let Some(objects) = self.objects().cloned() else {
+            return Ok(());
+        };
+        let digest = origin.manifest.clone();
+        if !valid_digest(&digest) || self.shared_builds.is_published(&digest) {
+            return Ok(());
+        }
+        let lock = self.shared_builds.lock_of(&digest);
+        let _one = lock.lock().await;
+        if self.shared_builds.is_published(&digest) {
+            return Ok(());
+        }
+        let prefix = objects::template_build_prefix(&digest);
+        if !objects.exists(&prefix).await? {
+            if origin.build.contains("..") {
+                return Err(ObjectsError::Config(format!(
+                    "template build {}: not in the data dir",
+                    origin.build
+                )));
+            }
+            let rootfs = self.cfg.data_dir.join(&origin.build).join("rootfs");
+            let started = Instant::now();
+            let (bytes, tree) = objects
+                .upload_stream(&prefix, ARCHIVE, move |out| {
+                    pandastack_templates::transfer::pack(&rootfs, out)
+                })
+                .await?;
+            crate::metrics::observe("template_publish", started);
+            info!(
+                build = %origin.build,
+                digest = %&digest[..16],
+                bytes,
+                entries = tree.entries,
+                ms = started.elapsed().as_millis() as u64,
+                "template build published"
+            );
+        }
+        self.shared_builds.set_published(&digest);
+        Ok(())
+    }
+
+    /// Publishes every current build of this host in the background (start-up, and after a
+    /// template build), so the first image of each does not wait for it. Failures are logged:
+    /// the first image's upload publishes again.
+    pub fn publish_current_builds_later(self: &Arc<Self>) {
+        if self.objects().is_none() {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            for t in me.all_current_templates() {
+                let origin = match me
+                    .origin_of(
+                        &t.rootfs.display().to_string(),
+                        &me.cfg.guest_dir.display().to_string(),
+                    )
+                    .await
+                {
+                    Ok(o) => o,
+                    Err(e) => {
+                        warn!(template = %t.name, error = %e, "rootfs manifest");
+                        continue;
+                    }
+                };
+                if let Err(e) = me.publish_origin(&origin).await {
+                    warn!(template = %t.name, error = %e, "publishing a template build");
+                }
+            }
+        });
+    }
+
+    /// This host's rootfs with the manifest digest of `origin`: one of its own builds, a copy
+    /// fetched before, or one fetched from the object store now (module doc).
+    ///
+    /// # Errors
+    /// 409 when no local build matches and the object store has none (or there is no object
+    /// store); 507 when the host's disk reserve cannot hold the archive; 502 when the fetch
+    /// fails or its copy does not have the image's digest.
+    pub(super) async fn rootfs_for(&self, origin: &Origin) -> Result<PathBuf, ApiError> {
+        let digest = &origin.manifest;
+        for t in self.all_current_templates() {
+            if self.manifest_of(&t.rootfs).await.ok().as_ref() == Some(digest) {
+                return Ok(t.rootfs);
+            }
+        }
+        let not_here = || {
+            ApiError::Conflict(format!(
+                "the image was taken on template build {} (rootfs manifest {}), which this host ({}) does not have{}",
+                origin.build,
+                &digest[..digest.len().min(16)],
+                self.cfg.host_name,
+                if self.objects().is_some() {
+                    " and the object store does not hold"
+                } else {
+                    " (without an object store builds are not shared)"
+                }
+            ))
+        };
+        if !valid_digest(digest) {
+            return Err(not_here());
+        }
+        let dir = self.cfg.data_dir.join(FETCHED_TEMPLATES_DIR).join(digest);
+        let rootfs = dir.join("rootfs");
+        let Some(objects) = self.objects().cloned() else {
+            return Err(not_here());
+        };
+        let lock = self.shared_builds.lock_of(digest);
+        let _one = lock.lock().await;
+        if rootfs.is_dir() {
+            touch_used(&dir);
+            return Ok(rootfs);
+        }
+        let prefix = objects::template_build_prefix(digest);
+        let size = match objects.stream_size(&prefix, ARCHIVE).await {
+            Ok(n) => n,
+            Err(ObjectsError::Missing(_)) => return Err(not_here()),
+            Err(e) => {
+                return Err(ApiError::BadGateway(format!(
+                    "template build {digest}: {e}"
+                )))
+            }
+        };
+        self.check_disk_reserve("template build fetch", size)?;
+        let partial = super::partial_path(&dir);
+        let started = Instant::now();
+        let fetched = self.fetch_build(&objects, &prefix, &partial, digest).await;
+        match fetched {
+            Ok(()) => {
+                std::fs::rename(&partial, &dir)
+                    .map_err(|e| ApiError::internal("template build fetch", e))?;
+                touch_used(&dir);
+                self.manifests
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(rootfs.clone(), digest.clone());
+                self.shared_builds.set_published(digest);
+                crate::metrics::observe("template_fetch", started);
+                info!(build = %origin.build, digest = %&digest[..16], bytes = size,
+                    ms = started.elapsed().as_millis() as u64, "template build fetched");
+                Ok(rootfs)
+            }
+            Err(e) => {
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(partial)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Fetches the archive under `prefix` into `partial/rootfs` and checks its digest.
+    async fn fetch_build(
+        &self,
+        objects: &objects::Objects,
+        prefix: &str,
+        partial: &Path,
+        digest: &str,
+    ) -> Result<(), ApiError> {
+        let _ = std::fs::remove_dir_all(partial);
+        let rootfs = partial.join("rootfs");
+        std::fs::create_dir_all(&rootfs)
+            .map_err(|e| ApiError::internal("template build fetch", e))?;
+        let target = rootfs.clone();
+        objects
+            .fetch_stream(prefix, ARCHIVE, move |input| {
+                pandastack_templates::transfer::unpack(input, &target)
+            })
+            .await
+            .map_err(|e| {
+                ApiError::BadGateway(format!("fetching template build {}: {e}", &digest[..16]))
+            })?;
+        let got = tokio::task::spawn_blocking(move || {
+            pandastack_templates::transfer::manifest_digest(&rootfs)
+        })
+        .await
+        .map_err(|e| ApiError::internal("template build fetch", e))?
+        .map_err(|e| ApiError::internal("template build fetch", e))?;
+        if got != digest {
+            return Err(ApiError::BadGateway(format!(
+                "the fetched template build {} unpacked to manifest {}: not the build the image needs",
+                &digest[..16],
+                &got[..16]
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes fetched builds no sandbox of this host runs on and unused for
+    /// [`KEEP_UNUSED`] (module doc). Run by the sweeper every 10 s.
+    pub(super) async fn sweep_fetched_builds(&self) {
+        let root = self.cfg.data_dir.join(FETCHED_TEMPLATES_DIR);
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            return;
+        };
+        let mut in_use = HashSet::new();
+        for live in self.all() {
+            in_use.insert(live.row.lock().await.rootfs.clone());
+        }
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !valid_digest(&name) {
+                continue; // `.partial`: a fetch in flight (or, at start-up, removed)
+            }
+            if in_use.contains(&dir.join("rootfs").display().to_string()) {
+                touch_used(&dir);
+                continue;
+            }
+            let lock = self.shared_builds.lock_of(&name);
+            let _one = lock.lock().await;
+            // Decided under the lock: a restore that took the build meanwhile touched it.
+            let idle = std::fs::metadata(dir.join(USED))
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_none_or(|age| age > KEEP_UNUSED);
+            if idle {
+                info!(digest = %&name[..16], "removing a fetched template build nothing uses");
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+            }
+        }
+    }
+
+    /// Removes half-fetched builds (start-up: no fetch runs yet).
+    pub(super) fn clear_partial_fetched_builds(&self) {
+        let Ok(entries) = std::fs::read_dir(self.cfg.data_dir.join(FETCHED_TEMPLATES_DIR)) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if !valid_digest(&entry.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
+
+fn touch_used(dir: &Path) {
+    // Content, not an empty write: every write moves the mtime.
+    if let Err(e) = std::fs::write(dir.join(USED), pandastack_store::now_ms().to_string()) {
+        warn!(dir = %dir.display(), error = %e, "marking a fetched template build used");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_digest;
+
+    #[test]
+    fn only_well_formed_digests_name_a_directory() {
+        assert!(valid_digest(&"ab".repeat(32)));
+        for bad in [
+            "",
+            "../../etc",
+            &"AB".repeat(32),
+            &"a".repeat(63),
+            &format!("{}/", "a".repeat(63)),
+        ] {
+            assert!(!valid_digest(bad), "{bad}");
+        }
+    }
+}
