@@ -417,17 +417,18 @@ mod tests {
         assert_eq!(std::fs::metadata(dest.join("empty")).unwrap().mtime(), 0);
     }
 
-    /// The real thing: the baked code-interpreter rootfs CI links for the guest's tests
-    /// (`PANDASTACK_CI_ROOTFS`) packs and unpacks to its own digest, streamed through a pipe.
+    /// The real thing: the baked `base` rootfs CI gives the engine's tests
+    /// (`PANDASTACK_TEST_ROOTFS`; ~0.5 GiB) packs and unpacks to its own digest, streamed
+    /// through a pipe.
     #[test]
     fn a_baked_rootfs_round_trips_to_its_digest() {
-        let Ok(src) = std::env::var("PANDASTACK_CI_ROOTFS") else {
+        let Ok(src) = std::env::var("PANDASTACK_TEST_ROOTFS") else {
             assert_ne!(
                 std::env::var("PANDASTACK_REQUIRE_SANDBOX_TESTS").as_deref(),
                 Ok("1"),
-                "PANDASTACK_CI_ROOTFS is not set"
+                "PANDASTACK_TEST_ROOTFS is not set"
             );
-            eprintln!("skipped: PANDASTACK_CI_ROOTFS is not set");
+            eprintln!("skipped: PANDASTACK_TEST_ROOTFS is not set");
             return;
         };
         let src = PathBuf::from(src);
