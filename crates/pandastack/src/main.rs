@@ -235,6 +235,11 @@ struct BakeArgs {
     /// Build again even when the recipe is unchanged (bumps the generation).
     #[arg(long)]
     force: bool,
+    /// The cluster's object store (`s3://BUCKET`, `file:///DIR`, as for `server`): a bake of
+    /// the same recipe another host published there is fetched instead of baked (issue 12),
+    /// so the hosts hold identical builds.
+    #[arg(long, env = "PANDASTACK_OBJECT_STORE")]
+    object_store: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -436,7 +441,24 @@ fn main() -> Result<()> {
 }
 
 fn bake(a: BakeArgs) -> Result<()> {
-    let store = pandastack_templates::TemplateStore::new(a.data_dir.join("templates"));
+    let root = a.data_dir.join("templates");
+    // Kept alive for the object-store calls of the fetching builder.
+    let runtime = tokio::runtime::Runtime::new()?;
+    let store = match &a.object_store {
+        None => pandastack_templates::TemplateStore::new(root),
+        Some(url) => {
+            let objects = pandastack_server::objects::Objects::open(url)
+                .with_context(|| format!("--object-store {url}"))?;
+            let inner =
+                pandastack_templates::MmdebstrapBuilder::new(root.join(".cache").join("wheels"));
+            let builder = pandastack_server::host::shared_builds::FetchingBuilder {
+                inner: std::sync::Arc::new(inner),
+                objects,
+                runtime: runtime.handle().clone(),
+            };
+            pandastack_templates::TemplateStore::with_builder(root, std::sync::Arc::new(builder))
+        }
+    };
     let names = if a.names.is_empty() {
         pandastack_templates::builtins()
             .into_iter()

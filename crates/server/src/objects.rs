@@ -482,6 +482,29 @@ impl Objects {
         Ok(())
     }
 
+    /// The small object at `name` (a pointer: a few bytes of JSON); `None` when absent.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn get_small(&self, name: &str) -> Result<Option<Vec<u8>>, ObjectsError> {
+        match self.store.get(&ObjectPath::from(name)).await {
+            Ok(r) => Ok(Some(r.bytes().await?.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes the small object `name` (one request).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn put_small(&self, name: &str, bytes: Vec<u8>) -> Result<(), ObjectsError> {
+        self.store
+            .put(&ObjectPath::from(name), bytes.into())
+            .await?;
+        Ok(())
+    }
+
     /// Names of the objects under `prefix` (tests and diagnostics).
     ///
     /// # Errors
@@ -540,6 +563,13 @@ pub fn fork_prefix(tree_id: &str) -> String {
 /// (content-addressed: hosts holding copies of one build publish it once).
 pub fn template_build_prefix(digest: &str) -> String {
     format!("template-builds/{digest}")
+}
+
+/// The object naming the published build of built-in template `name` baked from the recipe
+/// whose hash is `recipe_hash` (JSON `{"digest": ...}`): a host baking that recipe fetches
+/// that build instead (`host::shared_builds::FetchingBuilder`).
+pub fn recipe_pointer(name: &str, recipe_hash: &str) -> String {
+    format!("template-recipes/{name}/{recipe_hash}.json")
 }
 
 /// Where this host keeps images fetched from the object store: `<data_dir>/object-cache/`.

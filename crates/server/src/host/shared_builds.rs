@@ -21,6 +21,13 @@
 //! computed and compared with the image's, and only then is it renamed into place. Concurrent
 //! restores of one build fetch it once.
 //!
+//! **Bakes.** Publishing a built-in's build also names it as *the* bake of its recipe
+//! (`template-recipes/<name>/<recipe hash>.json`, written by the first host to publish one);
+//! `pandastack template-bake --object-store URL` on another host then fetches that build
+//! ([`FetchingBuilder`]) instead of running mmdebstrap, so every host of a cluster holds the
+//! same bytes and their images need no fetched builds at all. A host baked before the pointer
+//! existed keeps its own bake and fetches builds per image as above.
+//!
 //! **Lifetime.** A fetched build stays while a sandbox of this host runs on it (hibernated
 //! ones included) and for 10 minutes after its last use, then the sweeper removes it; a
 //! restart removes half-fetched ones. Objects under `template-builds/` are never deleted by a
@@ -105,31 +112,7 @@ impl Host {
         if self.shared_builds.is_published(&digest) {
             return Ok(());
         }
-        let prefix = objects::template_build_prefix(&digest);
-        if !objects.exists(&prefix).await? {
-            if origin.build.contains("..") {
-                return Err(ObjectsError::Config(format!(
-                    "template build {}: not in the data dir",
-                    origin.build
-                )));
-            }
-            let rootfs = self.cfg.data_dir.join(&origin.build).join("rootfs");
-            let started = Instant::now();
-            let (bytes, tree) = objects
-                .upload_stream(&prefix, ARCHIVE, move |out| {
-                    pandastack_templates::transfer::pack(&rootfs, out)
-                })
-                .await?;
-            crate::metrics::observe("template_publish", started);
-            info!(
-                build = %origin.build,
-                digest = %&digest[..16],
-                bytes,
-                entries = tree.entries,
-                ms = started.elapsed().as_millis() as u64,
-                "template build published"
-            );
-        }
+        publish(&objects, &self.cfg.data_dir, origin).await?;
         self.shared_builds.set_published(&digest);
         Ok(())
     }
@@ -327,6 +310,178 @@ impl Host {
     }
 }
 
+/// Puts the build `origin` names (under `data_dir`) in the object store unless it is there,
+/// and for a built-in names it the bake of its recipe (module doc).
+///
+/// # Errors
+/// A build outside the data dir or that cannot be packed; store errors.
+pub async fn publish(
+    objects: &objects::Objects,
+    data_dir: &Path,
+    origin: &Origin,
+) -> Result<(), ObjectsError> {
+    let digest = &origin.manifest;
+    let prefix = objects::template_build_prefix(digest);
+    if !objects.exists(&prefix).await? {
+        if origin.build.contains("..") {
+            return Err(ObjectsError::Config(format!(
+                "template build {}: not in the data dir",
+                origin.build
+            )));
+        }
+        let rootfs = data_dir.join(&origin.build).join("rootfs");
+        let started = Instant::now();
+        let (bytes, tree) = objects
+            .upload_stream(&prefix, ARCHIVE, move |out| {
+                pandastack_templates::transfer::pack(&rootfs, out)
+            })
+            .await?;
+        crate::metrics::observe("template_publish", started);
+        info!(
+            build = %origin.build,
+            digest = %&digest[..16],
+            bytes,
+            entries = tree.entries,
+            ms = started.elapsed().as_millis() as u64,
+            "template build published"
+        );
+    }
+    publish_recipe_pointer(objects, origin).await
+}
+
+/// For a built-in's build (`templates/<name>/<recipe hash>-g<N>`): names it the bake of its
+/// recipe unless another host's bake already is (module doc, "Bakes").
+async fn publish_recipe_pointer(
+    objects: &objects::Objects,
+    origin: &Origin,
+) -> Result<(), ObjectsError> {
+    let mut parts = origin.build.split('/');
+    let (Some("templates"), Some(name), Some(build), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Ok(());
+    };
+    let Some((hash, _generation)) = build.rsplit_once("-g") else {
+        return Ok(());
+    };
+    if !super::catalog::is_builtin(name) {
+        return Ok(());
+    }
+    let pointer = objects::recipe_pointer(name, hash);
+    if objects.get_small(&pointer).await?.is_none() {
+        let body = serde_json::json!({ "digest": origin.manifest, "build": origin.build });
+        objects
+            .put_small(&pointer, body.to_string().into_bytes())
+            .await?;
+        info!(template = name, recipe = %&hash[..hash.len().min(16)], "named this host's build the bake of its recipe");
+    }
+    Ok(())
+}
+
+/// A template builder for `pandastack template-bake --object-store URL` (module doc,
+/// "Bakes"): it fetches the build published for the recipe when there is one, checked (the
+/// archive's SHA-256 while it is read, then the rootfs digest), and bakes with `inner`
+/// otherwise, also when the fetch fails (logged).
+pub struct FetchingBuilder {
+    /// The builder that bakes when nothing is published (mmdebstrap).
+    pub inner: Arc<dyn pandastack_templates::Builder>,
+    pub objects: Arc<objects::Objects>,
+    /// The runtime the object-store calls run on (the bake itself blocks).
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl FetchingBuilder {
+    /// The published build's digest for `recipe`, fetched into `rootfs`; `None` when no
+    /// bake of it is published.
+    fn fetch(
+        &self,
+        recipe: &pandastack_templates::Recipe,
+        rootfs: &Path,
+    ) -> Result<Option<String>, String> {
+        self.runtime.block_on(async {
+            let pointer = objects::recipe_pointer(&recipe.name, &recipe.hash());
+            let Some(body) = self
+                .objects
+                .get_small(&pointer)
+                .await
+                .map_err(|e| e.to_string())?
+            else {
+                return Ok(None);
+            };
+            let digest = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["digest"].as_str().map(str::to_owned))
+                .filter(|d| valid_digest(d))
+                .ok_or_else(|| format!("{pointer} is not a build pointer"))?;
+            std::fs::create_dir_all(rootfs).map_err(|e| e.to_string())?;
+            let target = rootfs.to_path_buf();
+            self.objects
+                .fetch_stream(
+                    &objects::template_build_prefix(&digest),
+                    ARCHIVE,
+                    move |input| pandastack_templates::transfer::unpack(input, &target),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let target = rootfs.to_path_buf();
+            let got = tokio::task::spawn_blocking(move || {
+                pandastack_templates::transfer::manifest_digest(&target)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+            if got != digest {
+                return Err(format!(
+                    "the fetched build unpacked to manifest {got}, not {digest}"
+                ));
+            }
+            Ok(Some(digest))
+        })
+    }
+}
+
+impl pandastack_templates::Builder for FetchingBuilder {
+    fn build(
+        &self,
+        recipe: &pandastack_templates::Recipe,
+        work_dir: &Path,
+        rootfs: &Path,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), pandastack_templates::BakeError> {
+        let started = Instant::now();
+        match self.fetch(recipe, rootfs) {
+            Ok(Some(digest)) => {
+                log(&format!(
+                    "I: fetched the published bake of this recipe from {} (rootfs manifest {}) in {:.1} s",
+                    self.objects.url,
+                    &digest[..16],
+                    started.elapsed().as_secs_f64()
+                ));
+                return Ok(());
+            }
+            Ok(None) => log(&format!(
+                "I: {} holds no bake of this recipe: baking here",
+                self.objects.url
+            )),
+            Err(e) => log(&format!(
+                "W: fetching the published bake failed ({e}): baking here"
+            )),
+        }
+        // The inner builder starts from nothing.
+        let _ = std::fs::remove_dir_all(rootfs);
+        self.inner.build(recipe, work_dir, rootfs, log)
+    }
+
+    fn verify(
+        &self,
+        recipe: &pandastack_templates::Recipe,
+        rootfs: &Path,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), pandastack_templates::BakeError> {
+        self.inner.verify(recipe, rootfs, log)
+    }
+}
+
 fn touch_used(dir: &Path) {
     // Content, not an empty write: every write moves the mtime.
     if let Err(e) = std::fs::write(dir.join(USED), pandastack_store::now_ms().to_string()) {
@@ -336,7 +491,171 @@ fn touch_used(dir: &Path) {
 
 #[cfg(test)]
 mod tests {
-    use super::valid_digest;
+    use super::*;
+    use pandastack_templates::{BakeError, Builder, Recipe, TemplateStore};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Bakes a tiny rootfs whose file times differ per bake (as two real bakes would).
+    #[derive(Default)]
+    struct FakeBake {
+        runs: AtomicUsize,
+    }
+
+    impl Builder for FakeBake {
+        fn build(
+            &self,
+            _: &Recipe,
+            _: &Path,
+            rootfs: &Path,
+            _: &mut dyn FnMut(&str),
+        ) -> Result<(), BakeError> {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+            std::fs::write(rootfs.join("usr/bin/bash"), b"bash").unwrap();
+            std::os::unix::fs::symlink("usr/bin", rootfs.join("bin")).unwrap();
+            Ok(())
+        }
+
+        fn verify(
+            &self,
+            _: &Recipe,
+            rootfs: &Path,
+            _: &mut dyn FnMut(&str),
+        ) -> Result<(), BakeError> {
+            assert!(rootfs.join("usr/bin/bash").is_file());
+            Ok(())
+        }
+    }
+
+    fn fetching(
+        objects: &Arc<objects::Objects>,
+        rt: &tokio::runtime::Runtime,
+        inner: Arc<FakeBake>,
+    ) -> FetchingBuilder {
+        FetchingBuilder {
+            inner,
+            objects: objects.clone(),
+            runtime: rt.handle().clone(),
+        }
+    }
+
+    /// Issue 12 point 6: the second host's bake of a recipe fetches the first host's
+    /// published build (same digest, its own builder never runs); with nothing published
+    /// it bakes.
+    #[test]
+    fn a_bake_fetches_the_published_build_of_its_recipe_instead_of_baking() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let root =
+            std::env::temp_dir().join(format!("fetch-bake-{}", uuid::Uuid::new_v4().simple()));
+        let objects =
+            objects::Objects::open(&format!("file://{}", root.join("bucket").display())).unwrap();
+        let recipe = pandastack_templates::builtin("base").unwrap();
+        let noop = &mut |_: &str| {};
+
+        // Host a: nothing published yet, so it bakes, then publishes as a server would.
+        let a_inner = Arc::new(FakeBake::default());
+        let a = TemplateStore::with_builder(
+            root.join("a/templates"),
+            Arc::new(fetching(&objects, &rt, a_inner.clone())),
+        );
+        let built = a.bake(&recipe, false, noop).unwrap();
+        assert_eq!(a_inner.runs.load(Ordering::SeqCst), 1);
+        let digest = pandastack_templates::transfer::manifest_digest(&built.rootfs).unwrap();
+        let origin = Origin {
+            build: format!("templates/base/{}", built.build_id),
+            manifest: digest.clone(),
+            guest: String::new(),
+        };
+        rt.block_on(publish(&objects, &root.join("a"), &origin))
+            .unwrap();
+
+        // Host b: fetches it; the result is a's build, byte for byte in the digest's terms.
+        std::thread::sleep(Duration::from_millis(20)); // a bake here would get other times
+        let b_inner = Arc::new(FakeBake::default());
+        let b = TemplateStore::with_builder(
+            root.join("b/templates"),
+            Arc::new(fetching(&objects, &rt, b_inner.clone())),
+        );
+        let fetched = b.bake(&recipe, false, noop).unwrap();
+        assert_eq!(
+            b_inner.runs.load(Ordering::SeqCst),
+            0,
+            "b baked instead of fetching"
+        );
+        assert_eq!(
+            pandastack_templates::transfer::manifest_digest(&fetched.rootfs).unwrap(),
+            digest
+        );
+
+        // A host whose bake differs and publishes later does not replace the recipe's bake.
+        let c_inner = Arc::new(FakeBake::default());
+        let c = TemplateStore::with_builder(
+            root.join("c/templates"),
+            Arc::new(FakeBakeOnly(c_inner.clone())),
+        );
+        let other = c.bake(&recipe, false, noop).unwrap();
+        let other_digest = pandastack_templates::transfer::manifest_digest(&other.rootfs).unwrap();
+        assert_ne!(other_digest, digest);
+        let c_origin = Origin {
+            build: format!("templates/base/{}", other.build_id),
+            manifest: other_digest,
+            guest: String::new(),
+        };
+        rt.block_on(publish(&objects, &root.join("c"), &c_origin))
+            .unwrap();
+        let d_inner = Arc::new(FakeBake::default());
+        let d = TemplateStore::with_builder(
+            root.join("d/templates"),
+            Arc::new(fetching(&objects, &rt, d_inner.clone())),
+        );
+        let d_build = d.bake(&recipe, false, noop).unwrap();
+        assert_eq!(
+            pandastack_templates::transfer::manifest_digest(&d_build.rootfs).unwrap(),
+            digest
+        );
+
+        // A corrupted archive is refused (checksum) and the host bakes itself.
+        let archive = root
+            .join("bucket")
+            .join(objects::template_build_prefix(&digest))
+            .join(ARCHIVE);
+        let mut bytes = std::fs::read(&archive).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&archive, bytes).unwrap();
+        let e_inner = Arc::new(FakeBake::default());
+        let e = TemplateStore::with_builder(
+            root.join("e/templates"),
+            Arc::new(fetching(&objects, &rt, e_inner.clone())),
+        );
+        e.bake(&recipe, false, noop).unwrap();
+        assert_eq!(e_inner.runs.load(Ordering::SeqCst), 1);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// The fake bake without an object store.
+    struct FakeBakeOnly(Arc<FakeBake>);
+
+    impl Builder for FakeBakeOnly {
+        fn build(
+            &self,
+            r: &Recipe,
+            w: &Path,
+            rootfs: &Path,
+            log: &mut dyn FnMut(&str),
+        ) -> Result<(), BakeError> {
+            self.0.build(r, w, rootfs, log)
+        }
+
+        fn verify(
+            &self,
+            r: &Recipe,
+            rootfs: &Path,
+            log: &mut dyn FnMut(&str),
+        ) -> Result<(), BakeError> {
+            self.0.verify(r, rootfs, log)
+        }
+    }
 
     #[test]
     fn only_well_formed_digests_name_a_directory() {
