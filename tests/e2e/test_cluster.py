@@ -103,6 +103,10 @@ class Cluster:
         # containers only after those are done.
         wait_until(lambda: not self.containers(self.a) and not self.containers(self.b),
                    timeout=300, interval=1, what="the hosts' template images")
+        # And publish their template builds (2 each: b's differ from a's) in the background;
+        # the tests start once that load is over (the placement test measures load).
+        wait_until(lambda: len([k for k in self.objects("template-builds/") if k.endswith("/manifest.json")]) >= 4,
+                   timeout=600, interval=2, what="the hosts' template builds to be published")
 
     def client(self, host: SecondServer):
         from pandastack import Client
@@ -505,6 +509,41 @@ def test_a_fork_with_the_host_hint_runs_on_the_other_host_with_the_parents_state
     wait_until(lambda: not clean.objects(f"forks/{tree}/"), timeout=30, what="the fork image's objects to go")
     r = clean.call(clean.b, "POST", f"/v1/sandboxes/{sid}/fork", json={"host": "nowhere"})
     assert r.status_code == 400 and "host" in r.text, r.text
+
+
+def test_a_fork_whose_parents_host_is_full_lands_on_the_other_host(clean):
+    """Issue 12 point 4, seed 000: a fork stays on its parent's host unless that host is full;
+    then it goes to another host through the object store (no hint needed). Host a is
+    restarted with room for one sandbox (its sandboxes are re-adopted), holds the parent,
+    and the fork and the fork tree made through the SDK land on b with the parent's kernel
+    state."""
+    a = clean.a
+    a.stop()
+    a.extra_args += ["--max-sandboxes", "1"]
+    try:
+        a.start()
+        client = clean.client(a)
+        sid = clean.create_on(a, "a", template="code-interpreter")
+        parent = client.sandboxes.get(sid)
+        parent.create_code_context().run_code("state = 'parent on a full host'")
+        r = clean.call(clean.b, "POST", "/v1/sandboxes", json={"template": "base", "host": "a"})
+        assert r.status_code == 503 and r.headers.get("Retry-After"), (r.status_code, r.text)
+        child = parent.fork()
+        row = clean.call(a, "GET", f"/v1/sandboxes/{child.id}").json()
+        assert row["host"] == "b" and row["metadata"]["parent_id"] == sid, row
+        assert child.create_code_context().run_code("state").text == "'parent on a full host'"
+        assert parent.exec("true").exit_code == 0
+        # A fork tree goes whole to one host with room for it, from one capture.
+        kids = parent.fork_tree(2)
+        rows = [clean.call(a, "GET", f"/v1/sandboxes/{k.id}").json() for k in kids]
+        assert [r["host"] for r in rows] == ["b", "b"], rows
+        assert len({r["metadata"]["fork_tree_id"] for r in rows}) == 1, rows
+        for k in kids:
+            assert k.create_code_context().run_code("state").text == "'parent on a full host'"
+    finally:
+        a.stop()
+        del a.extra_args[-2:]
+        a.start()
 
 
 def test_a_drain_moves_live_sandboxes_with_their_state_and_nothing_new_lands_there(clean):

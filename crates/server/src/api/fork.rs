@@ -53,7 +53,7 @@ async fn fork(
     let t = std::time::Instant::now();
     let metadata = b.metadata.unwrap_or_default();
     if let Some(target) = hinted_host(&st, b.host.as_deref()).await? {
-        return fork_elsewhere(&st, &headers, live, metadata, target).await;
+        return fork_elsewhere(&st, &headers, live, metadata, target, None).await;
     }
     let host = st.host.clone();
     let detach = b.volumes == Some(pandastack_api::ForkVolumes::Detach);
@@ -66,8 +66,10 @@ async fn fork(
             message,
             retry_after_s,
         }) if b.host.is_none() && st.cluster.cfg.shared && st.host.objects().is_some() => {
-            match roomy_host(&st, &live).await? {
-                Some(target) => return fork_elsewhere(&st, &headers, live, metadata, target).await,
+            match roomy_host(&st, &live, 1).await? {
+                Some(target) => {
+                    return fork_elsewhere(&st, &headers, live, metadata, target, None).await
+                }
                 None => {
                     return Err(ApiError::Busy {
                         message,
@@ -120,14 +122,20 @@ async fn hinted_host(st: &AppState, hint: Option<&str>) -> Result<Option<HostRow
     Ok(Some(h))
 }
 
-/// Another host with room for a child of `parent` (the scheduler's choice), if any.
-async fn roomy_host(st: &AppState, parent: &Live) -> Result<Option<HostRow>, ApiError> {
+/// Another host with room for `count` children of `parent` (the scheduler's choice, asked
+/// for their memory together), if any.
+async fn roomy_host(
+    st: &AppState,
+    parent: &Live,
+    count: usize,
+) -> Result<Option<HostRow>, ApiError> {
     use crate::cluster::place::{place, Need, Placement};
     let (template, memory_mb) = {
         let r = parent.row.lock().await;
         (r.template.clone(), r.memory_mb)
     };
-    let need = Need::like(&template, memory_mb);
+    let count = u32::try_from(count).unwrap_or(u32::MAX);
+    let need = Need::like(&template, memory_mb.saturating_mul(count));
     Ok(match place(&st.cluster, &st.host, &need).await {
         Ok(Placement::There(h)) => Some(h),
         _ => None,
@@ -135,18 +143,21 @@ async fn roomy_host(st: &AppState, parent: &Live) -> Result<Option<HostRow>, Api
 }
 
 /// A fork whose child runs on `target` (issue 12 point 4): captured and uploaded here,
-/// restored there ([`restore_transfer`]), whose answer (the child, 201) is the reply.
+/// restored there ([`restore_transfer`]), whose answer (the child, 201; with `count`, the
+/// fork tree's children) is the reply.
 async fn fork_elsewhere(
     st: &AppState,
     headers: &HeaderMap,
     parent: Arc<Live>,
     metadata: std::collections::BTreeMap<String, String>,
     target: HostRow,
+    count: Option<usize>,
 ) -> Result<Response, ApiError> {
     let t = std::time::Instant::now();
     let host = st.host.clone();
-    let transfer =
+    let mut transfer =
         super::detached(async move { host.fork_for_transfer(&parent, metadata).await }).await?;
+    transfer.count = count;
     let tree_id = transfer.base.id.clone();
     let resp = crate::cluster::forward::post_to_host(
         &st.cluster,
@@ -169,7 +180,7 @@ async fn restore_transfer(
     caller: Caller,
     headers: HeaderMap,
     RequiredJson(t): RequiredJson<ForkTransfer>,
-) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+) -> Result<Response, ApiError> {
     if !st.cluster.is_node(&headers) {
         return Err(ApiError::Forbidden("host-to-host route".into()));
     }
@@ -179,12 +190,24 @@ async fn restore_transfer(
             t.base.sandbox_id
         )));
     }
+    let tree = t.count.is_some();
     let host = st.host.clone();
-    let child = super::detached(async move { host.restore_transfer(t).await }).await?;
+    let mut children = super::detached(async move { host.restore_transfer(t).await }).await?;
+    if tree {
+        let mut out = Vec::with_capacity(children.len());
+        for c in children {
+            out.push(sandbox_json(&c.snapshot_row().await));
+        }
+        return Ok((StatusCode::CREATED, Json(out)).into_response());
+    }
+    let child = children
+        .pop()
+        .ok_or_else(|| ApiError::internal("fork", "no child"))?;
     Ok((
         StatusCode::CREATED,
         Json(sandbox_json(&child.snapshot_row().await)),
-    ))
+    )
+        .into_response())
 }
 
 /// Fork into `count` children from one capture (contract §2.1; a bare array of children).
@@ -200,9 +223,10 @@ async fn restore_transfer(
 async fn fork_tree(
     State(st): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     RequiredJson(b): RequiredJson<ForkTreeRequest>,
-) -> Result<(StatusCode, Json<Vec<Sandbox>>), ApiError> {
+) -> Result<Response, ApiError> {
     crate::extract::metadata(b.metadata.as_ref())?;
     let live = st
         .host
@@ -212,14 +236,37 @@ async fn fork_tree(
     let host = st.host.clone();
     let metadata = b.metadata.unwrap_or_default();
     let detach = b.volumes == Some(pandastack_api::ForkVolumes::Detach);
-    let children =
-        super::detached(async move { host.fork(&live, b.count, metadata, detach).await }).await?;
+    let (parent, md) = (live.clone(), metadata.clone());
+    let forked =
+        super::detached(async move { host.fork(&parent, b.count, md, detach).await }).await;
+    let children = match forked {
+        // Issue 12 point 4: the parent's host has no room for the tree, so the whole tree
+        // goes to one other host with room for it, through object storage (one capture).
+        Err(ApiError::Busy {
+            message,
+            retry_after_s,
+        }) if st.cluster.cfg.shared && st.host.objects().is_some() => {
+            match roomy_host(&st, &live, b.count).await? {
+                Some(target) => {
+                    return fork_elsewhere(&st, &headers, live, metadata, target, Some(b.count))
+                        .await
+                }
+                None => {
+                    return Err(ApiError::Busy {
+                        message,
+                        retry_after_s,
+                    })
+                }
+            }
+        }
+        other => other?,
+    };
     crate::metrics::observe("fork_tree", t);
     let mut out = Vec::with_capacity(children.len());
     for c in children {
         out.push(sandbox_json(&c.snapshot_row().await));
     }
-    Ok((StatusCode::CREATED, Json(out)))
+    Ok((StatusCode::CREATED, Json(out)).into_response())
 }
 
 /// Make a fork child standalone (it no longer dies with its parent), optionally deleting its

@@ -28,6 +28,10 @@ pub struct ForkTransfer {
     pub network: Option<pandastack_engine::NetworkPolicy>,
     /// MiB.
     pub disk_mb: u32,
+    /// Children to restore from the one capture (a fork tree placed on another host);
+    /// `None`: one child, answered as one sandbox (a fork).
+    #[serde(default)]
+    pub count: Option<usize>,
 }
 
 /// Largest `count` of one fork_tree.
@@ -214,6 +218,7 @@ impl Host {
                 envs: spec.envs,
                 network: spec.network,
                 disk_mb: spec.disk_mb,
+                count: None,
             }),
             Err(e) => {
                 self.end_transfer(&tree_id).await;
@@ -236,15 +241,23 @@ impl Host {
         self.end_operation(tree_id).await;
     }
 
-    /// The second half of a fork onto another host: fetches the transferred image and
-    /// restores it into a child on this host.
+    /// The second half of a fork onto another host: fetches the transferred image once and
+    /// restores it into `t.count` children here (one when `None`), concurrently, as a fork
+    /// tree does on its parent's host. When one fails, the others are destroyed.
     ///
     /// # Errors
-    /// Capacity errors as [`Host::create`]; 409 when this host lacks the parent's template
-    /// build; 502 when the fetch fails; 500 when the restore fails.
-    pub async fn restore_transfer(&self, t: ForkTransfer) -> Result<Arc<Live>, ApiError> {
+    /// 400 for a count of 0 or over [`MAX_FORK_COUNT`]; capacity errors as [`Host::create`];
+    /// 409 when this host cannot have the parent's template build; 502 when the fetch fails;
+    /// 500 when a restore fails.
+    pub async fn restore_transfer(&self, t: ForkTransfer) -> Result<Vec<Arc<Live>>, ApiError> {
+        let count = t.count.unwrap_or(1);
+        if count == 0 || count > MAX_FORK_COUNT {
+            return Err(ApiError::BadRequest(format!(
+                "count must be between 1 and {MAX_FORK_COUNT}"
+            )));
+        }
         let _admitted = self
-            .admit(&t.base.workspace_id, t.base.memory_mb, 1, true)
+            .admit(&t.base.workspace_id, t.base.memory_mb, count, true)
             .await?;
         let objects = self
             .objects()
@@ -273,9 +286,26 @@ impl Host {
             disk_mb: t.disk_mb,
             volumes: Vec::new(),
         };
-        let child = self.create_from_image(&spec, &base, &image, "fork").await;
+        let results = futures::future::join_all(
+            (0..count).map(|_| self.create_from_image(&spec, &base, &image, "fork")),
+        )
+        .await;
         let _ = std::fs::remove_dir_all(&image);
-        child
+        let mut children = Vec::with_capacity(count);
+        let mut first_err = None;
+        for r in results {
+            match r {
+                Ok(c) => children.push(c),
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        if let Some(e) = first_err {
+            for c in &children {
+                let _ = self.destroy(c, "fork failed").await;
+            }
+            return Err(e);
+        }
+        Ok(children)
     }
 
     /// Where a fork's transient capture goes: the RAM-backed scratch dir when it has room for
