@@ -176,37 +176,16 @@ impl Objects {
             self.store.put_multipart(location).await?,
             PART_BYTES,
         );
-        let mut hash = Sha256::new();
-        let mut size = 0u64;
-        let mut buf = vec![0u8; 1 << 20];
-        let result = async {
-            loop {
-                let n = file.read(&mut buf).await?;
-                if n == 0 {
-                    break;
-                }
-                hash.update(&buf[..n]);
-                size += n as u64;
-                upload.wait_for_capacity(PARTS_IN_FLIGHT).await?;
-                upload.write(&buf[..n]);
-            }
-            Ok::<_, ObjectsError>(())
-        }
-        .await;
-        match result {
-            Ok(()) => {
+        match send_parts(&mut upload, &mut file).await {
+            Ok((size, sha256)) => {
                 upload.finish().await?;
+                Ok(FileEntry { name, size, sha256 })
             }
             Err(e) => {
                 let _ = upload.abort().await;
-                return Err(e);
+                Err(e)
             }
         }
-        Ok(FileEntry {
-            name,
-            size,
-            sha256: hex::encode(hash.finalize()),
-        })
     }
 
     /// Uploads what `produce` writes (on a blocking thread) as the one file `name` under
@@ -233,35 +212,19 @@ impl Objects {
             self.store.put_multipart(&key(prefix, name)).await?,
             PART_BYTES,
         );
-        let mut hash = Sha256::new();
-        let mut size = 0u64;
-        let mut buf = vec![0u8; 1 << 20];
-        let sent = async {
-            loop {
-                let n = reader.read(&mut buf).await?;
-                if n == 0 {
-                    break;
-                }
-                hash.update(&buf[..n]);
-                size += n as u64;
-                upload.wait_for_capacity(PARTS_IN_FLIGHT).await?;
-                upload.write(&buf[..n]);
-            }
-            Ok::<_, ObjectsError>(())
-        }
-        .await;
+        let sent = send_parts(&mut upload, &mut reader).await;
         // An upload that failed drops the reader, so the producer's next write fails too.
         drop(reader);
         let produced = producer
             .await
             .map_err(|e| ObjectsError::Io(std::io::Error::other(e.to_string())));
-        let value = match (sent, produced) {
-            (Ok(()), Ok(Ok(value))) => value,
-            (Err(e), _) | (Ok(()), Err(e)) => {
+        let ((size, sha256), value) = match (sent, produced) {
+            (Ok(sent), Ok(Ok(value))) => (sent, value),
+            (Err(e), _) | (Ok(_), Err(e)) => {
                 let _ = upload.abort().await;
                 return Err(e);
             }
-            (Ok(()), Ok(Err(e))) => {
+            (Ok(_), Ok(Err(e))) => {
                 let _ = upload.abort().await;
                 return Err(e.into());
             }
@@ -270,7 +233,7 @@ impl Objects {
         let files = vec![FileEntry {
             name: name.to_string(),
             size,
-            sha256: hex::encode(hash.finalize()),
+            sha256,
         }];
         let manifest = serde_json::to_vec(&Manifest { files })
             .map_err(|e| ObjectsError::Config(e.to_string()))?;
@@ -520,6 +483,28 @@ impl Objects {
             .map(|m| Ok(m?.location.to_string()))
             .collect()
     }
+}
+
+/// Writes everything `reader` yields into `upload` (at most [`PARTS_IN_FLIGHT`] parts in
+/// flight); returns its size in bytes and SHA-256 (hex). The caller finishes or aborts.
+async fn send_parts(
+    upload: &mut WriteMultipart,
+    reader: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> Result<(u64, String), ObjectsError> {
+    let mut hash = Sha256::new();
+    let mut size = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = reader.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+        size += n as u64;
+        upload.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+        upload.write(&buf[..n]);
+    }
+    Ok((size, hex::encode(hash.finalize())))
 }
 
 /// A reader that hashes and counts what passes through it.

@@ -85,11 +85,25 @@ impl Host {
             .capture_fork(parent, &tree_id, &image, metadata, inherited)
             .await?;
         parent.touch().await;
+        let children = self.restore_children(&spec, &base, &image, count).await;
+        self.end_operation(&tree_id).await;
+        children
+    }
+
+    /// Restores `count` fork children from `image` concurrently, then removes the image.
+    /// When one fails the others are destroyed and its error returned.
+    async fn restore_children(
+        &self,
+        spec: &CreateSpec,
+        base: &SnapshotRow,
+        image: &std::path::Path,
+        count: usize,
+    ) -> Result<Vec<Arc<Live>>, ApiError> {
         let results = futures::future::join_all(
-            (0..count).map(|_| self.create_from_image(&spec, &base, &image, "fork")),
+            (0..count).map(|_| self.create_from_image(spec, base, image, "fork")),
         )
         .await;
-        let _ = std::fs::remove_dir_all(&image);
+        let _ = std::fs::remove_dir_all(image);
         let mut children = Vec::with_capacity(count);
         let mut first_err = None;
         for r in results {
@@ -102,10 +116,8 @@ impl Host {
             for c in &children {
                 let _ = self.destroy(c, "fork failed").await;
             }
-            self.end_operation(&tree_id).await;
             return Err(e);
         }
-        self.end_operation(&tree_id).await;
         Ok(children)
     }
 
@@ -286,26 +298,7 @@ impl Host {
             disk_mb: t.disk_mb,
             volumes: Vec::new(),
         };
-        let results = futures::future::join_all(
-            (0..count).map(|_| self.create_from_image(&spec, &base, &image, "fork")),
-        )
-        .await;
-        let _ = std::fs::remove_dir_all(&image);
-        let mut children = Vec::with_capacity(count);
-        let mut first_err = None;
-        for r in results {
-            match r {
-                Ok(c) => children.push(c),
-                Err(e) => first_err = first_err.or(Some(e)),
-            }
-        }
-        if let Some(e) = first_err {
-            for c in &children {
-                let _ = self.destroy(c, "fork failed").await;
-            }
-            return Err(e);
-        }
-        Ok(children)
+        self.restore_children(&spec, &base, &image, count).await
     }
 
     /// Where a fork's transient capture goes: the RAM-backed scratch dir when it has room for
