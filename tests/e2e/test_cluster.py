@@ -549,8 +549,8 @@ def test_a_fork_whose_parents_host_is_full_lands_on_the_other_host(clean):
 def test_a_drain_moves_live_sandboxes_with_their_state_and_nothing_new_lands_there(clean):
     """Issue 12 point 8: `pandastack admin drain a` (the CLI, through b) moves a's running and
     paused sandboxes to b under the same ids, with their kernels' variables (the same context
-    handle answers), files and state; a is `draining`, so creates go elsewhere until it is
-    activated again."""
+    handle answers), files, volumes and state; a is `draining`, so creates go elsewhere until
+    it is activated again."""
     via_b = clean.client(clean.b)
     running = clean.create_on(clean.b, "a", template="code-interpreter")
     sb = via_b.sandboxes.get(running)
@@ -560,6 +560,13 @@ def test_a_drain_moves_live_sandboxes_with_their_state_and_nothing_new_lands_the
     paused = clean.create_on(clean.b, "a")
     r = clean.call(clean.b, "POST", f"/v1/sandboxes/{paused}/pause")
     assert r.status_code in (200, 204), r.text
+    # A volume on a (made through a), held read-write by a sandbox there: both move.
+    vol = f"drained-{uuid.uuid4().hex[:8]}"
+    r = clean.call(clean.a, "POST", "/v1/volumes", json={"name": vol, "size_mb": 256})
+    assert r.status_code == 201, r.text
+    holder = clean.client(clean.a).sandboxes.create(template="base", volumes=[{"name": vol}])
+    assert clean.call(clean.a, "GET", f"/v1/sandboxes/{holder.id}").json()["host"] == "a"
+    assert holder.exec(f"sh -c 'echo kept > /mnt/{vol}/f && sync'").exit_code == 0
     env = os.environ | {"PANDASTACK_API": clean.b.url, "PANDASTACK_API_KEY": clean.key}
     try:
         out = subprocess.run([str(clean.a.binary), "admin", "drain", "a", "--json"], env=env,
@@ -568,12 +575,19 @@ def test_a_drain_moves_live_sandboxes_with_their_state_and_nothing_new_lands_the
         report = json.loads(out.stdout)
         assert report["host"] == "a" and report["left"] == [], report
         moved = {m["sandbox_id"]: m for m in report["moved"]}
-        assert set(moved) == {running, paused}, report
+        assert set(moved) == {running, paused, holder.id}, report
         assert {m["to"] for m in moved.values()} == {"b"}, report
         assert (moved[running]["state"], moved[paused]["state"]) == ("running", "paused"), report
         # The same ids and context handle: the kernel's variables and the files came along.
         assert ctx.run_code("kept").text == "42"
         assert sb.filesystem.read("/workspace/note.txt") == b"written on a"
+        # The volume came along: same content, attached to the same sandbox, image on b only.
+        assert holder.exec(f"cat /mnt/{vol}/f").stdout == "kept\n"
+        assert clean.call(clean.b, "GET", f"/v1/volumes/{vol}").json()["attached_to"] == holder.id
+        assert len(list((clean.b.data_dir / "volumes").glob("*.ext4"))) == 1
+        assert not list((clean.a.data_dir / "volumes").glob("*.ext4")), "a kept the volume's image"
+        wait_until(lambda: not clean.objects("volumes/"), timeout=30,
+                   what="the volume's transfer objects to go")
         rows = {i: clean.call(clean.a, "GET", f"/v1/sandboxes/{i}").json() for i in (running, paused)}
         assert (rows[running]["host"], rows[running]["status"]) == ("b", "running"), rows
         assert (rows[paused]["host"], rows[paused]["status"]) == ("b", "paused"), rows
@@ -590,6 +604,8 @@ def test_a_drain_moves_live_sandboxes_with_their_state_and_nothing_new_lands_the
         assert r.status_code == 503 and "draining" in r.text, r.text
     finally:
         r = clean.call(clean.a, "POST", "/v1/hosts/a/activate")
+        clean.call(clean.a, "DELETE", f"/v1/sandboxes/{holder.id}")
+        clean.call(clean.a, "DELETE", f"/v1/volumes/{vol}")
     assert r.status_code == 200 and r.json()["state"] == "active", r.text
     clean.create_on(clean.b, "a")
 

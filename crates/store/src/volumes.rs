@@ -108,6 +108,21 @@ impl Store {
         Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
     }
 
+    /// Moves volume `id` from host `from` to host `to` (a drain moved its holder), only if
+    /// `from` still has it; true when it moved.
+    ///
+    /// # Errors
+    /// [`StoreError::Db`].
+    pub async fn move_volume(&self, id: &str, from: &str, to: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE volumes SET host = $3 WHERE id = $1 AND host = $2")
+            .bind(id)
+            .bind(from)
+            .bind(to)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Sets a volume's size, MiB.
     ///
     /// # Errors

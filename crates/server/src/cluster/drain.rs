@@ -9,13 +9,16 @@
 //! the sandbox (and pauses it again if it was paused; one that was hibernated stays so).
 //! While that runs this host holds the sandbox's lifecycle gate, so a request here cannot
 //! wake it back; once it moved, requests here answer 503 `moved to host ...; retry` and a
-//! retry is forwarded to its new host. A sandbox that cannot move (it holds volumes, which
-//! stay on their host; no other host has room; its upload failed) stays here, running or as
+//! retry is forwarded to its new host. Its volumes go with it when it is their only holder
+//! (uploaded after the checkpoint closed them, fetched by the new host before it takes the
+//! row: `host/volume_moves.rs`). A sandbox that cannot move (a volume it shares read-only with
+//! another sandbox here; no other host has room; an upload failed) stays here, running or as
 //! it was, and the report names why.
 
 use super::place::{place, Need, Placement};
 use crate::error::ApiError;
 use crate::host::images::hibernate_image_id;
+use crate::host::volume_moves::VolumeTransfer;
 use crate::host::Live;
 use crate::state::SandboxState;
 use crate::AppState;
@@ -70,6 +73,9 @@ pub struct Adoption {
     pub from: String,
     /// The state to leave it in: `running`, `paused` or `hibernated`.
     pub state: String,
+    /// The volumes it holds, uploaded for the move (`host/volume_moves.rs`).
+    #[serde(default)]
+    pub volumes: Vec<VolumeTransfer>,
 }
 
 /// Drains this host (see the module doc).
@@ -109,11 +115,11 @@ pub async fn drain_here(st: &AppState) -> Result<DrainReport, ApiError> {
 
 /// Moves one sandbox; `None` for one that needs no move (deleted, failed).
 async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiError> {
-    let (state, holds_volumes, template, memory_mb) = {
+    let (state, held, template, memory_mb) = {
         let r = live.row.lock().await;
         (
             SandboxState::parse(&r.status),
-            !r.volumes.is_empty(),
+            r.volumes.clone(),
             r.template.clone(),
             r.memory_mb,
         )
@@ -127,11 +133,6 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
         }
         _ => return Ok(None),
     }
-    if holds_volumes {
-        return Err(ApiError::Conflict(
-            "it holds volumes, which stay on this host".into(),
-        ));
-    }
     let need = Need::like(&template, memory_mb);
     let target = match place(&st.cluster, &st.host, &need).await? {
         Placement::There(h) => h,
@@ -142,6 +143,36 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
             })
         }
     };
+    // Its volumes go with it when it is their only holder (volume_moves.rs).
+    st.host.begin_volume_move(&live.id, &held)?;
+    let mut sent = Vec::new();
+    let moved = move_with(st, live, state, &target, &held, &mut sent).await;
+    let went = match &moved {
+        Ok(_) => true,
+        // It may have moved even though the answer was lost.
+        Err(_) => st
+            .host
+            .store
+            .sandbox(&live.id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.host == target.name),
+    };
+    st.host.end_volume_move(&live.id, &held, &sent, went);
+    moved.map(Some)
+}
+
+/// [`move_one`] once the target is chosen and the volumes blocked; `sent` receives the
+/// volumes uploaded (so the caller can end their move whatever happens).
+async fn move_with(
+    st: &AppState,
+    live: &Arc<Live>,
+    state: SandboxState,
+    target: &pandastack_store::HostRow,
+    held: &[pandastack_store::SandboxVolume],
+    sent: &mut Vec<VolumeTransfer>,
+) -> Result<Moved, ApiError> {
     let t = Instant::now();
     if state != SandboxState::Hibernated {
         let host = st.host.clone();
@@ -149,6 +180,9 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
         crate::api::detached(async move { host.hibernate(&l, "drain").await }).await?;
     }
     wait_uploaded(st, &live.id).await?;
+    if !held.is_empty() {
+        *sent = st.host.send_volumes(&live.id, held).await?;
+    }
     // No wake here while it moves (a request waits, then finds it gone).
     let _gate = live.gate.write().await;
     let local_image = {
@@ -165,10 +199,11 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
         sandbox_id: live.id.clone(),
         from: st.cluster.cfg.host_name.clone(),
         state: state.as_str().to_string(),
+        volumes: sent.clone(),
     };
     let resp = super::forward::post_to_host(
         &st.cluster,
-        &target,
+        target,
         &format!("/v1{ADOPTION_PATH}"),
         Some(&adoption),
         None,
@@ -202,13 +237,13 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
     st.host.forget_moved(live, local_image);
     let ms = t.elapsed().as_millis() as u64;
     crate::metrics::observe("drain_move", t);
-    info!(sandbox_id = %live.id, to = %target.name, ms, "moved by a drain");
-    Ok(Some(Moved {
+    info!(sandbox_id = %live.id, to = %target.name, ms, volumes = held.len(), "moved by a drain");
+    Ok(Moved {
         sandbox_id: live.id.clone(),
         to: target.name.clone(),
         state: state_there,
         ms,
-    }))
+    })
 }
 
 /// Waits until sandbox `id`'s hibernation image is in the object store.
@@ -236,7 +271,10 @@ async fn wait_uploaded(st: &AppState, id: &str) -> Result<(), ApiError> {
 /// As [`crate::host::Host::adopt_drained`]; wake and pause errors (the sandbox is then here,
 /// hibernated or failed as the wake left it).
 pub async fn adopt_here(st: &AppState, a: Adoption) -> Result<Arc<Live>, ApiError> {
-    let live = st.host.adopt_drained(&a.sandbox_id, &a.from).await?;
+    let live = st
+        .host
+        .adopt_drained(&a.sandbox_id, &a.from, &a.volumes)
+        .await?;
     match a.state.as_str() {
         "hibernated" => {}
         "paused" => {

@@ -235,12 +235,19 @@ impl Host {
 
     /// Takes over hibernated sandbox `id` from host `from`, which is draining and uploaded its
     /// image (issue 12 point 8, asked by `from` itself): as [`Host::adopt_hibernated`], without
-    /// waiting for `from` to be down. The caller wakes it (or leaves it hibernated).
+    /// waiting for `from` to be down, and with the volumes it holds (`volumes`, uploaded by
+    /// `from`: volume_moves.rs). The caller wakes it (or leaves it hibernated).
     ///
     /// # Errors
-    /// 409 when it is not hibernated on `from` (woken, deleted or moved meanwhile), holds
-    /// volumes, or its image is not in the object store; as [`Host::fetch_image`].
-    pub async fn adopt_drained(&self, id: &str, from: &str) -> Result<Arc<Live>, ApiError> {
+    /// 409 when it is not hibernated on `from` (woken, deleted or moved meanwhile), a volume
+    /// it holds was not sent, or its image is not in the object store; as
+    /// [`Host::fetch_image`] and [`Host::receive_volumes`].
+    pub async fn adopt_drained(
+        &self,
+        id: &str,
+        from: &str,
+        volumes: &[super::volume_moves::VolumeTransfer],
+    ) -> Result<Arc<Live>, ApiError> {
         let not_there =
             || ApiError::Conflict(format!("sandbox {id} is not hibernated on host {from}"));
         let row = self
@@ -253,11 +260,6 @@ impl Host {
                     && r.host == from
             })
             .ok_or_else(not_there)?;
-        if !row.volumes.is_empty() {
-            return Err(ApiError::Conflict(format!(
-                "sandbox {id} holds volumes, which stay on host {from}"
-            )));
-        }
         let image = self
             .store
             .image(&hibernate_image_id(id))
@@ -265,10 +267,25 @@ impl Host {
             .ok_or_else(|| {
                 ApiError::Conflict(format!("sandbox {id}'s image is not in the object store"))
             })?;
-        tracing::info!(sandbox_id = %id, from = %from, "taking over a sandbox of a draining host");
-        self.take_hibernated(row, &image)
-            .await?
-            .ok_or_else(not_there)
+        tracing::info!(sandbox_id = %id, from = %from, volumes = row.volumes.len(), "taking over a sandbox of a draining host");
+        // Its volumes come along (volume_moves.rs): fetched first, their rows moved after.
+        let held = row.volumes.clone();
+        self.receive_volumes(&held, volumes).await?;
+        let live = match self.take_hibernated(row, &image).await {
+            Ok(Some(live)) => live,
+            Ok(None) => {
+                self.drop_received_volumes(volumes);
+                return Err(not_there());
+            }
+            Err(e) => {
+                self.drop_received_volumes(volumes);
+                return Err(e);
+            }
+        };
+        if !held.is_empty() {
+            self.adopt_volumes(id, from, &held).await?;
+        }
+        Ok(live)
     }
 
     /// Fetches hibernated sandbox `row`'s `image` and moves its row to this host (one taker:

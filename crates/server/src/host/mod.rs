@@ -22,6 +22,7 @@ pub mod shared_builds;
 mod snapshot;
 mod sweeper;
 mod template_image;
+pub mod volume_moves;
 pub mod volumes;
 
 pub use admission::{Admitted, HostLoad, Limits, RETRY_AFTER_S};

@@ -73,6 +73,17 @@ impl Holds {
         v.sort_by_key(|(_, ro)| *ro);
         v
     }
+
+    /// Blocks new holds of `volume_id` (a resize, a delete, a drain moving it); false when
+    /// it is blocked already.
+    pub(super) fn block(&self, volume_id: &str) -> bool {
+        self.resizing().insert(volume_id.to_string())
+    }
+
+    /// Ends [`Holds::block`].
+    pub(super) fn unblock(&self, volume_id: &str) {
+        self.resizing().remove(volume_id);
+    }
 }
 
 /// 400 unless `name` is a valid volume name (issue 9: `[A-Za-z0-9._-]{1,64}`; `.` and `..`
