@@ -210,6 +210,9 @@ impl Host {
             plan.push(t.clone());
         }
         self.check_disk_reserve("volume move", plan.iter().map(|t| t.bytes).sum())?;
+        // The first volume this host has.
+        std::fs::create_dir_all(self.cfg.data_dir.join("volumes"))
+            .map_err(|e| ApiError::internal("volume move", e))?;
         for (i, t) in plan.iter().enumerate() {
             let image = self.volume_image(&t.volume_id);
             let partial = super::partial_path(&image);
@@ -283,7 +286,13 @@ fn unpack_one(input: &mut dyn std::io::Read, path: &Path) -> std::io::Result<()>
             "a volume archive holds one file",
         ));
     }
-    entry.unpack(path)?;
+    // The tar crate's error hides its cause in the source: keep both in the message.
+    entry.unpack(path).map_err(|e| {
+        let cause = std::error::Error::source(&e)
+            .map(|c| format!(": {c}"))
+            .unwrap_or_default();
+        std::io::Error::new(e.kind(), format!("{e}{cause}"))
+    })?;
     Ok(())
 }
 
