@@ -487,8 +487,17 @@ mod tests {
 
         std::fs::write(dir.join("junk"), vec![0u8; 1 << 20]).unwrap();
         assert!(mount_volume(&dir.join("junk"), &point, false).is_err());
+        // The device detaches when its last opener closes it: ours at once, but udev may be
+        // probing the new device at that moment (seen in CI under load), so allow it 5 s.
+        let junk = dir.join("junk");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !loops_backed_by(|b| b == junk.as_path()).is_empty()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         assert!(
-            loops_backed_by(|b| b == dir.join("junk").as_path()).is_empty(),
+            loops_backed_by(|b| b == junk.as_path()).is_empty(),
             "a failed mount leaves its loop device"
         );
         std::fs::remove_dir_all(&dir).unwrap();
