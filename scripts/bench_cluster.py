@@ -14,7 +14,12 @@ code-interpreter sandbox on a holding a 1e5-row DataFrame:
     and restore on b) through the child's first `run_code` reading the DataFrame;
   - live drain of host a holding that sandbox (`POST /v1/hosts/a/drain`): the time the
     sandbox did not answer (the report's `ms`: checkpoint on a to running on b) and the whole
-    call; a is activated again after each run.
+    call; a is activated again after each run;
+  - create -> first exec of a `base` sandbox placed on a (the hint), asked through a (the
+    owning host) and through b (which relays it), --create-runs each, interleaved;
+  - lease expiry -> failed: a sandbox on b, `kill -9` of b, then GET through a every 100 ms
+    until it says `failed` (lease 30 s, expired by a's sweep); b restarts between the
+    --lease-runs runs.
 
     python3 scripts/bench_cluster.py --bin dist/pandastack --data-dir /var/lib/pandastack-ci/server \\
         --store postgres://postgres@127.0.0.1:5432/postgres \\
@@ -52,6 +57,8 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, required=True, help="a server data dir with baked templates")
     ap.add_argument("--store", required=True, help="postgres://USER@HOST:PORT/DB of a cluster to make a database in")
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--create-runs", type=int, default=30)
+    ap.add_argument("--lease-runs", type=int, default=3)
     ap.add_argument("--s3-endpoint")
     ap.add_argument("--s3-bucket")
     ap.add_argument("--s3-key-id")
@@ -135,6 +142,35 @@ def main() -> None:
                 srv_a.http.delete(f"{srv_a.url}/v1/sandboxes/{x}", timeout=120)
             srv_a.http.delete(f"{srv_a.url}/v1/snapshots/{snap}", timeout=120)
             time.sleep(1)
+        owning: List[float] = []
+        relayed: List[float] = []
+        srv_b = hosts["b"]
+        for _ in range(a.create_runs):
+            for via, out in ((srv_a, owning), (srv_b, relayed)):
+                t = time.perf_counter()
+                r = via.http.post(f"{via.url}/v1/sandboxes", json={"template": "base", "host": "a"}, timeout=120)
+                r.raise_for_status()
+                assert r.json()["host"] == "a", r.json()
+                x = via.http.post(f"{via.url}/v1/sandboxes/{r.json()['id']}/exec", json={"cmd": "true"}, timeout=60)
+                x.raise_for_status()
+                out.append((time.perf_counter() - t) * 1000)
+                via.http.delete(f"{via.url}/v1/sandboxes/{r.json()['id']}", timeout=120)
+            time.sleep(0.3)  # the warm pool refills
+        lease: List[float] = []
+        for _ in range(a.lease_runs):
+            r = srv_a.http.post(f"{srv_a.url}/v1/sandboxes", json={"template": "base", "host": "b"}, timeout=120)
+            r.raise_for_status()
+            victim = r.json()["id"]
+            srv_b.proc.kill()
+            srv_b.proc.wait()
+            t = time.perf_counter()
+            while srv_a.http.get(f"{srv_a.url}/v1/sandboxes/{victim}", timeout=30).json()["status"] != "failed":
+                if time.perf_counter() - t > 120:
+                    raise RuntimeError("the killed host's sandbox was not failed in 120 s")
+                time.sleep(0.1)
+            lease.append((time.perf_counter() - t) * 1000)
+            srv_b.restart()
+            srv_a.http.delete(f"{srv_a.url}/v1/sandboxes/{victim}", timeout=120)
         print(f"object store: {objects.split(':')[0]} ({'Garage' if a.s3_endpoint else 'local directory'}), "
               f"snapshot image P50 {percentile(sizes, 50) / 2**20:.0f} MiB, {a.runs} runs\n")
         print(table([
@@ -143,6 +179,9 @@ def main() -> None:
             ("cross-host fork -> child's first run_code", fork),
             ("live drain: the sandbox not answering (checkpoint on a -> running on b)", drain_stopped),
             ("live drain: the whole call (one sandbox)", drain_total),
+            ("create -> first exec on a, asked through a (owning host)", owning),
+            ("create -> first exec on a, asked through b (relayed)", relayed),
+            ("kill -9 of a host -> its sandbox `failed` (lease expiry)", lease),
         ]))
     finally:
         # A stopped server leaves its sandboxes running (by design): a failed run deletes

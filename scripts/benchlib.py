@@ -126,24 +126,11 @@ class BenchServer:
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root / f"{name}.log"
-        self.proc = subprocess.Popen(
-            [str(binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data), *args],
-            stdin=subprocess.DEVNULL, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})}, start_new_session=True,
-        )
+        self._argv = [str(binary), "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data), *args]
+        self._env = {**os.environ, **(env or {})}
+        self.proc = self._spawn()
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited ({self.proc.returncode}); see {self.log}")
-                try:
-                    if requests.get(f"{self.url}/health", timeout=1).ok:
-                        break
-                except requests.RequestException:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"server did not answer in 120 s; see {self.log}")
-                time.sleep(0.2)
+            self._wait_answering()
             self.key = re.search(r"PANDASTACK_API_KEY=(\S+)", (self.data / "admin.env").read_text()).group(1)
             from pandastack import Client
 
@@ -155,6 +142,31 @@ class BenchServer:
         except BaseException:
             self.stop()
             raise
+
+    def _spawn(self) -> subprocess.Popen:
+        return subprocess.Popen(self._argv, stdin=subprocess.DEVNULL, stdout=open(self.log, "ab"),
+                                stderr=subprocess.STDOUT, env=self._env, start_new_session=True)
+
+    def restart(self) -> None:
+        """Starts the server again on the same data dir and port (after a kill)."""
+        self.proc = self._spawn()
+        self._wait_answering()
+
+    def _wait_answering(self) -> None:
+        import requests
+
+        deadline = time.monotonic() + 120
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited ({self.proc.returncode}); see {self.log}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=1).ok:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not answer in 120 s; see {self.log}")
+            time.sleep(0.2)
 
     def _wait_images(self) -> None:
         for _ in range(120):
