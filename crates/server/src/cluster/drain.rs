@@ -159,7 +159,9 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
             .flatten()
             .is_some_and(|r| r.host == target.name),
     };
-    st.host.end_volume_move(&live.id, &held, &sent, went);
+    st.host
+        .end_volume_move(&live.id, &held, &sent, went, &target.name)
+        .await;
     moved.map(Some)
 }
 

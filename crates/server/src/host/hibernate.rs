@@ -271,20 +271,23 @@ impl Host {
         // Its volumes come along (volume_moves.rs): fetched first, their rows moved after.
         let held = row.volumes.clone();
         self.receive_volumes(&held, volumes).await?;
-        let live = match self.take_hibernated(row, &image).await {
-            Ok(Some(live)) => live,
-            Ok(None) => {
-                self.drop_received_volumes(volumes);
-                return Err(not_there());
-            }
+        let rows = match self.take_volume_rows(from, &held).await {
+            Ok(rows) => rows,
             Err(e) => {
                 self.drop_received_volumes(volumes);
                 return Err(e);
             }
         };
-        if !held.is_empty() {
-            self.adopt_volumes(id, from, &held).await?;
-        }
+        let taken = self.take_hibernated(row, &image).await;
+        let live = match taken {
+            Ok(Some(live)) => live,
+            Ok(None) | Err(_) => {
+                self.give_volume_rows_back(from, &rows).await;
+                self.drop_received_volumes(volumes);
+                return Err(taken.err().unwrap_or_else(not_there));
+            }
+        };
+        self.hold_volumes(id, &held).await?;
         Ok(live)
     }
 

@@ -11,11 +11,14 @@
 //!    holes with `SEEK_DATA`, so an 8 GiB volume holding 10 MiB sends about 10 MiB).
 //! 3. The adopting host fetches each into `volumes/<id>.ext4.partial` (checked against the
 //!    manifest's SHA-256 while it is read; holes come back as holes), renames it into place,
-//!    moves the sandbox row, then each volume row (`host` = itself, conditional on the old
-//!    host) and takes the holds, so the wake attaches them as on any wake.
-//! 4. On success the draining host drops its holds and its copies of the images; either way
-//!    the uploaded objects are deleted and the blocks lifted. When the adoption fails before
-//!    the row moved, the target removes what it fetched and the volumes stay here, usable.
+//!    moves each volume row (`host` = itself, conditional on the old host), then the sandbox
+//!    row, and takes the holds, so the wake attaches them as on any wake.
+//! 4. On success the draining host drops its holds and its copy of each image whose row now
+//!    names the new host; either way the uploaded objects are deleted and the blocks lifted.
+//!    When the adoption fails before the sandbox row moved, the target gives the volume rows
+//!    back and removes what it fetched, and the volumes stay here, usable. A host removes an
+//!    image only when its row names another host, so no crash loses a volume (at worst two
+//!    hosts hold a copy until the one the row does not name restarts).
 
 use super::Host;
 use crate::error::ApiError;
@@ -135,18 +138,28 @@ impl Host {
     }
 
     /// Draining side, at the end: lifts the blocks of `held`; when the sandbox `moved`, its
-    /// holds and this host's copies of the images go too. The transfer objects are deleted
-    /// either way (the adopting host has its copies).
-    pub fn end_volume_move(
+    /// holds go, and this host's copy of each image whose row now names `target` (a copy is
+    /// never removed before the row says another host has the volume). The transfer objects
+    /// are deleted either way (the adopting host has its copies).
+    pub async fn end_volume_move(
         &self,
         sandbox_id: &str,
         held: &[SandboxVolume],
         sent: &[VolumeTransfer],
         moved: bool,
+        target: &str,
     ) {
         if moved {
             self.unhold_volumes(sandbox_id);
             for v in held {
+                let there = matches!(
+                    self.store.volume_by_id(&v.volume_id).await,
+                    Ok(Some(row)) if row.host == target
+                );
+                if !there {
+                    warn!(volume_id = %v.volume_id, target, "a moved sandbox's volume row does not name its new host: the image stays here");
+                    continue;
+                }
                 let image = self.volume_image(&v.volume_id);
                 if let Err(e) = std::fs::remove_file(&image) {
                     warn!(volume_id = %v.volume_id, error = %e, "removing a moved volume's image");
@@ -245,28 +258,45 @@ impl Host {
         }
     }
 
-    /// Adopting side, once the sandbox row is here: moves the volume rows from `from` to this
-    /// host and takes the sandbox's holds.
+    /// Adopting side, before the sandbox row moves: moves the volume rows of `held` from
+    /// `from` to this host (each conditional on `from`), so that whatever crashes when, an
+    /// image is only ever removed by a host its row does not name ([`Host::end_volume_move`],
+    /// start-up's orphan collection). Returns the ids moved.
     ///
     /// # Errors
-    /// Store errors; 409 from the holds (another sandbox here holds one: cannot happen for a
-    /// volume that was on another host).
-    pub async fn adopt_volumes(
+    /// Store errors (what moved is moved back).
+    pub async fn take_volume_rows(
         &self,
-        sandbox_id: &str,
         from: &str,
         held: &[SandboxVolume],
-    ) -> Result<(), ApiError> {
+    ) -> Result<Vec<String>, ApiError> {
+        let mut moved = Vec::with_capacity(held.len());
         for v in held {
-            if !self
+            match self
                 .store
                 .move_volume(&v.volume_id, from, &self.cfg.host_name)
-                .await?
+                .await
             {
-                warn!(volume_id = %v.volume_id, from, "a moved volume's row was not on the draining host");
+                Ok(true) => moved.push(v.volume_id.clone()),
+                Ok(false) => {
+                    warn!(volume_id = %v.volume_id, from, "a moved volume's row was not on the draining host")
+                }
+                Err(e) => {
+                    self.give_volume_rows_back(from, &moved).await;
+                    return Err(e.into());
+                }
             }
         }
-        self.hold_volumes(sandbox_id, held).await
+        Ok(moved)
+    }
+
+    /// Undoes [`Host::take_volume_rows`] (the sandbox row did not move here).
+    pub async fn give_volume_rows_back(&self, from: &str, moved: &[String]) {
+        for id in moved {
+            if let Err(e) = self.store.move_volume(id, &self.cfg.host_name, from).await {
+                warn!(volume_id = %id, from, error = %e, "giving a volume row back");
+            }
+        }
     }
 }
 
