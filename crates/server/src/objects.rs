@@ -62,6 +62,9 @@ struct FileEntry {
     /// stream of them (`size` and `sha256` are then the object's, compressed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     encoding: Option<String>,
+    /// Bytes of the file itself when `encoding` is set (what a fetch writes to disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    raw_size: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -177,12 +180,13 @@ impl Objects {
                 size: bytes.len() as u64,
                 sha256: hex::encode(Sha256::digest(&bytes)),
                 encoding: None,
+                raw_size: None,
             };
             self.store.put(location, bytes.into()).await?;
             return Ok(entry);
         }
         let path = path.to_path_buf();
-        let (size, sha256, ()) = self
+        let (size, sha256, raw, ()) = self
             .put_streamed(location, move |out| {
                 let mut file = std::fs::File::open(&path)?;
                 std::io::copy(&mut file, out)?;
@@ -194,26 +198,30 @@ impl Objects {
             size,
             sha256,
             encoding: Some(ZSTD.into()),
+            raw_size: Some(raw),
         })
     }
 
     /// Uploads, multipart, one zstd stream of what `produce` writes on a blocking thread;
-    /// returns the object's size and SHA-256 and what `produce` returned. When `produce`
-    /// fails the upload is aborted.
+    /// returns the object's size and SHA-256, the bytes `produce` wrote and what it
+    /// returned. When `produce` fails the upload is aborted.
     async fn put_streamed<T: Send + 'static>(
         &self,
         location: &ObjectPath,
         produce: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<T> + Send + 'static,
-    ) -> Result<(u64, String, T), ObjectsError> {
+    ) -> Result<(u64, String, u64, T), ObjectsError> {
         let (writer, mut reader) = tokio::io::duplex(PART_BYTES);
         let bridge = tokio_util::io::SyncIoBridge::new(writer);
         let producer = tokio::task::spawn_blocking(move || {
             let out = std::io::BufWriter::with_capacity(1 << 20, bridge);
-            let mut zstd = zstd::stream::write::Encoder::new(out, ZSTD_LEVEL)?;
-            let value = produce(&mut zstd)?;
-            let mut out = zstd.finish()?;
+            let mut counted = Counting {
+                inner: zstd::stream::write::Encoder::new(out, ZSTD_LEVEL)?,
+                bytes: 0,
+            };
+            let value = produce(&mut counted)?;
+            let mut out = counted.inner.finish()?;
             std::io::Write::flush(&mut out)?;
-            Ok::<_, std::io::Error>(value)
+            Ok::<_, std::io::Error>((counted.bytes, value))
         });
         let mut upload = WriteMultipart::new_with_chunk_size(
             self.store.put_multipart(location).await?,
@@ -225,7 +233,7 @@ impl Objects {
         let produced = producer
             .await
             .map_err(|e| ObjectsError::Io(std::io::Error::other(e.to_string())));
-        let ((size, sha256), value) = match (sent, produced) {
+        let ((size, sha256), (raw, value)) = match (sent, produced) {
             (Ok(sent), Ok(Ok(value))) => (sent, value),
             (Err(e), _) | (Ok(_), Err(e)) => {
                 let _ = upload.abort().await;
@@ -237,12 +245,13 @@ impl Objects {
             }
         };
         upload.finish().await?;
-        Ok((size, sha256, value))
+        Ok((size, sha256, raw, value))
     }
 
     /// Uploads what `produce` writes (on a blocking thread) as the one file `name` under
     /// `prefix`, zstd-compressed and multipart, then the manifest listing it; returns the
-    /// bytes uploaded (compressed) and what `produce` returned. When `produce` fails the upload is aborted and no manifest written.
+    /// bytes uploaded (compressed), the bytes `produce` wrote and what it returned. When
+    /// `produce` fails the upload is aborted and no manifest written.
     ///
     /// # Errors
     /// `produce`'s error ([`ObjectsError::Io`]); store errors.
@@ -251,20 +260,21 @@ impl Objects {
         prefix: &str,
         name: &str,
         produce: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<T> + Send + 'static,
-    ) -> Result<(u64, T), ObjectsError> {
-        let (size, sha256, value) = self.put_streamed(&key(prefix, name), produce).await?;
+    ) -> Result<(u64, u64, T), ObjectsError> {
+        let (size, sha256, raw, value) = self.put_streamed(&key(prefix, name), produce).await?;
         let files = vec![FileEntry {
             name: name.to_string(),
             size,
             sha256,
             encoding: Some(ZSTD.into()),
+            raw_size: Some(raw),
         }];
         let manifest = serde_json::to_vec(&Manifest { files })
             .map_err(|e| ObjectsError::Config(e.to_string()))?;
         self.store
             .put(&key(prefix, MANIFEST), manifest.into())
             .await?;
-        Ok((size, value))
+        Ok((size, raw, value))
     }
 
     /// Bytes of the file `name` of the object under `prefix`, from its manifest.
@@ -273,7 +283,33 @@ impl Objects {
     /// [`ObjectsError::Missing`] when there is no manifest or it does not list `name`;
     /// store errors.
     pub async fn stream_size(&self, prefix: &str, name: &str) -> Result<u64, ObjectsError> {
-        Ok(self.manifest_entry(prefix, name).await?.size)
+        let entry = self.manifest_entry(prefix, name).await?;
+        Ok(entry.raw_size.unwrap_or(entry.size))
+    }
+
+    /// The name of the one file the manifest under `prefix` lists (a streamed object, whose
+    /// name differs per upload so two hosts writing one prefix never mix their bytes).
+    ///
+    /// # Errors
+    /// [`ObjectsError::Missing`] when there is no manifest; [`ObjectsError::Checksum`] when it
+    /// lists another number of files or a name with `/`; store errors.
+    pub async fn only_file(&self, prefix: &str) -> Result<String, ObjectsError> {
+        let manifest = match self.store.get(&key(prefix, MANIFEST)).await {
+            Ok(r) => r.bytes().await?,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(ObjectsError::Missing(prefix.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let bad = || ObjectsError::Checksum {
+            prefix: prefix.to_string(),
+            file: MANIFEST.into(),
+        };
+        let manifest: Manifest = serde_json::from_slice(&manifest).map_err(|_| bad())?;
+        match manifest.files.as_slice() {
+            [one] if !one.name.contains('/') && !one.name.starts_with('.') => Ok(one.name.clone()),
+            _ => Err(bad()),
+        }
     }
 
     async fn manifest_entry(&self, prefix: &str, name: &str) -> Result<FileEntry, ObjectsError> {
@@ -572,6 +608,24 @@ async fn send_parts(
     Ok((size, hex::encode(hash.finalize())))
 }
 
+/// A writer that counts what passes through it.
+struct Counting<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: std::io::Write> std::io::Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// A reader that hashes and counts what passes through it.
 struct Hashing<R> {
     inner: R,
@@ -691,7 +745,7 @@ mod tests {
             .map(|i| (i % 251) as u8)
             .collect();
         let sent = data.clone();
-        let (n, tag) = objects
+        let (n, raw, tag) = objects
             .upload_stream("template-builds/d1", "rootfs.tar", move |w| {
                 w.write_all(&sent)?;
                 Ok("made")
@@ -699,8 +753,12 @@ mod tests {
             .await
             .unwrap();
         // Stored compressed (the pattern shrinks a lot); read back whole, it is the data.
-        assert_eq!(tag, "made");
+        assert_eq!((tag, raw), ("made", data.len() as u64));
         assert!(n < data.len() as u64 / 10, "{n} bytes stored");
+        assert_eq!(
+            objects.only_file("template-builds/d1").await.unwrap(),
+            "rootfs.tar"
+        );
         let whole = objects
             .fetch_stream("template-builds/d1", "rootfs.tar", |r| {
                 let mut all = Vec::new();
@@ -715,7 +773,7 @@ mod tests {
                 .stream_size("template-builds/d1", "rootfs.tar")
                 .await
                 .unwrap(),
-            n
+            raw
         );
         // The consumer reads only a part: the rest is read (and checked) all the same.
         let head = objects

@@ -64,6 +64,22 @@ impl Store {
         Ok(rows.iter().map(op).collect::<Result<_, _>>()?)
     }
 
+    /// The distinct rootfs paths the snapshots on `host` were taken on (a fetched template
+    /// build stays while one needs it).
+    ///
+    /// # Errors
+    /// [`StoreError::Db`].
+    pub async fn snapshot_rootfs(&self, host: &str) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT DISTINCT rootfs FROM snapshots WHERE host = $1")
+            .bind(host)
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?)
+    }
+
     /// The image directories of every snapshot on `host`, of any workspace (for collecting the
     /// ones no row references).
     ///

@@ -147,8 +147,8 @@ pub fn pack(root: &Path, out: impl Write) -> io::Result<Tree> {
             let mut header = header_of(md, EntryType::Regular);
             header.set_size(md.size());
             append_mtime(&mut tar, md)?;
-            // A file that changed size while packed fails the append (short read), and a
-            // content change shows in the copy's digest check.
+            // A file that changed size while packed fails the append (short read). Builds
+            // are never changed in place, so content is what the bake left.
             tar.append_data(&mut header, path, file.take(md.size()))
         } else if ft.is_fifo() {
             append_entry(&mut tar, path, md, EntryType::Fifo, None)

@@ -184,6 +184,15 @@ async fn restore_transfer(
     if !st.cluster.is_node(&headers) {
         return Err(ApiError::Forbidden("host-to-host route".into()));
     }
+    // It names a directory here: only what this server makes (`tree-` and 32 hex digits).
+    let tree_ok = t
+        .base
+        .id
+        .strip_prefix("tree-")
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !tree_ok || t.prefix != crate::objects::fork_prefix(&t.base.id) {
+        return Err(ApiError::BadRequest("base.id: not a fork tree id".into()));
+    }
     if t.base.workspace_id != caller.workspace_id {
         return Err(ApiError::NotFound(format!(
             "sandbox {} not found",

@@ -182,10 +182,8 @@ async fn move_with(
         crate::api::detached(async move { host.hibernate(&l, "drain").await }).await?;
     }
     wait_uploaded(st, &live.id).await?;
-    if !held.is_empty() {
-        *sent = st.host.send_volumes(&live.id, held).await?;
-    }
-    // No wake here while it moves (a request waits, then finds it gone).
+    // No wake here while it moves (a request waits, then finds it gone); its volumes are
+    // uploaded under the gate too, so what is sent is what the image saw.
     let _gate = live.gate.write().await;
     let local_image = {
         let r = live.row.lock().await;
@@ -197,6 +195,9 @@ async fn move_with(
         }
         r.hibernate_image.clone().map(PathBuf::from)
     };
+    if !held.is_empty() {
+        *sent = st.host.send_volumes(&live.id, held).await?;
+    }
     let adoption = Adoption {
         sandbox_id: live.id.clone(),
         from: st.cluster.cfg.host_name.clone(),

@@ -270,11 +270,14 @@ impl Host {
         tracing::info!(sandbox_id = %id, from = %from, volumes = row.volumes.len(), "taking over a sandbox of a draining host");
         // Its volumes come along (volume_moves.rs): fetched first, their rows moved after.
         let held = row.volumes.clone();
-        self.receive_volumes(&held, volumes).await?;
+        // The slow parts first (the image, the volumes: fetches change nothing shared), then
+        // the volume rows and the sandbox row right after each other.
+        self.fetch_image(&image).await?;
+        let fetched = self.receive_volumes(&held, volumes).await?;
         let rows = match self.take_volume_rows(from, &held).await {
             Ok(rows) => rows,
             Err(e) => {
-                self.drop_received_volumes(volumes);
+                self.drop_received_volumes(&fetched);
                 return Err(e);
             }
         };
@@ -283,7 +286,7 @@ impl Host {
             Ok(Some(live)) => live,
             Ok(None) | Err(_) => {
                 self.give_volume_rows_back(from, &rows).await;
-                self.drop_received_volumes(volumes);
+                self.drop_received_volumes(&fetched);
                 return Err(taken.err().unwrap_or_else(not_there));
             }
         };

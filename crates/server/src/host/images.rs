@@ -107,6 +107,7 @@ impl Host {
     pub async fn local_dirs(&self, origin: &Origin) -> Result<(String, String), ApiError> {
         let same = self.cfg.data_dir.join(&origin.build).join("rootfs");
         let rootfs = if !origin.build.contains("..")
+            && !origin.build.starts_with('/')
             && same.is_dir()
             && self.manifest_of(&same).await? == origin.manifest
         {
@@ -208,6 +209,15 @@ impl Host {
             let result = match serde_json::from_value::<Origin>(row.origin.clone()) {
                 Ok(origin) => match self.publish_origin(&origin).await {
                     Ok(()) => objects.upload_dir(&prefix, Path::new(&row.dir)).await,
+                    // A tree `pack` refuses (a socket a RUN step left, a name that is not
+                    // UTF-8) will never publish: the image goes up anyway, restorable on
+                    // hosts holding a copy of that build.
+                    Err(objects::ObjectsError::Io(e))
+                        if e.kind() == std::io::ErrorKind::InvalidData =>
+                    {
+                        warn!(image = %row.id, build = %origin.build, error = %e, "template build cannot be published; uploading the image without it");
+                        objects.upload_dir(&prefix, Path::new(&row.dir)).await
+                    }
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(objects::ObjectsError::Config(format!("image origin: {e}"))),

@@ -4,7 +4,7 @@
 //!
 //! **Publish.** Before a host uploads an image (snapshot, hibernation, drain, cross-host fork
 //! capture) it makes sure the template build the image ran on is in the object store:
-//! `template-builds/<manifest digest>/rootfs.tar` (`pandastack_templates::transfer::pack`:
+//! `template-builds/<manifest digest>/rootfs-<uuid>.tar` (`pandastack_templates::transfer::pack`:
 //! numeric owners, modes, hard links, times to the nanosecond) with the manifest listing its
 //! size and SHA-256. The key is the rootfs manifest digest, so hosts holding copies of one
 //! bake share one object and a second host never uploads it again; each host checks once per
@@ -22,14 +22,16 @@
 //! restores of one build fetch it once.
 //!
 //! **Bakes.** Publishing a built-in's build also names it as *the* bake of its recipe
-//! (`template-recipes/<name>/<recipe hash>.json`, written by the first host to publish one);
+//! (`template-recipes/<name>/<recipe hash>.json`, written by a first host to publish one: two
+//! publishing at once may both write it, and either is a good bake of the recipe);
 //! `pandastack template-bake --object-store URL` on another host then fetches that build
 //! ([`FetchingBuilder`]) instead of running mmdebstrap, so every host of a cluster holds the
 //! same bytes and their images need no fetched builds at all. A host baked before the pointer
 //! existed keeps its own bake and fetches builds per image as above.
 //!
 //! **Lifetime.** A fetched build stays while a sandbox of this host runs on it (hibernated
-//! ones included) and for 10 minutes after its last use, then the sweeper removes it; a
+//! ones included) or a snapshot of this host was taken on it, and for 10 minutes after its
+//! last use, then the sweeper removes it; a
 //! restart removes half-fetched ones. Objects under `template-builds/` are never deleted by a
 //! host: images on any host may need them, and one object per distinct build is small next to
 //! the images.
@@ -46,8 +48,6 @@ use tracing::{info, warn};
 
 /// Directory under the data dir holding template builds fetched from the object store.
 pub const FETCHED_TEMPLATES_DIR: &str = "fetched-templates";
-/// The archive's object name under a build's prefix.
-const ARCHIVE: &str = "rootfs.tar";
 /// A fetched build no sandbox of this host runs on is removed this long after its last use.
 const KEEP_UNUSED: Duration = Duration::from_secs(600);
 /// Touched at every use of a fetched build (its mtime is the last use).
@@ -189,8 +189,12 @@ impl Host {
             return Ok(rootfs);
         }
         let prefix = objects::template_build_prefix(digest);
-        let size = match objects.stream_size(&prefix, ARCHIVE).await {
-            Ok(n) => n,
+        let found = match objects.only_file(&prefix).await {
+            Ok(name) => objects.stream_size(&prefix, &name).await.map(|n| (name, n)),
+            Err(e) => Err(e),
+        };
+        let (archive, size) = match found {
+            Ok(found) => found,
             Err(ObjectsError::Missing(_)) => return Err(not_here()),
             Err(e) => {
                 return Err(ApiError::BadGateway(format!(
@@ -201,11 +205,18 @@ impl Host {
         self.check_disk_reserve("template build fetch", size)?;
         let partial = super::partial_path(&dir);
         let started = Instant::now();
-        let fetched = self.fetch_build(&objects, &prefix, &partial, digest).await;
+        let fetched = self
+            .fetch_build(&objects, (&prefix, &archive), &partial, digest)
+            .await;
         match fetched {
             Ok(()) => {
-                std::fs::rename(&partial, &dir)
-                    .map_err(|e| ApiError::internal("template build fetch", e))?;
+                // A `<digest>/` without `rootfs/` (a crash while one was removed) is in the way.
+                let _ = std::fs::remove_dir_all(&dir);
+                if let Err(e) = std::fs::rename(&partial, &dir) {
+                    let _ =
+                        tokio::task::spawn_blocking(move || std::fs::remove_dir_all(partial)).await;
+                    return Err(ApiError::internal("template build fetch", e));
+                }
                 touch_used(&dir);
                 self.manifests
                     .lock()
@@ -228,7 +239,7 @@ impl Host {
     async fn fetch_build(
         &self,
         objects: &objects::Objects,
-        prefix: &str,
+        (prefix, archive): (&str, &str),
         partial: &Path,
         digest: &str,
     ) -> Result<(), ApiError> {
@@ -238,7 +249,7 @@ impl Host {
             .map_err(|e| ApiError::internal("template build fetch", e))?;
         let target = rootfs.clone();
         objects
-            .fetch_stream(prefix, ARCHIVE, move |input| {
+            .fetch_stream(prefix, archive, move |input| {
                 pandastack_templates::transfer::unpack(input, &target)
             })
             .await
@@ -271,6 +282,14 @@ impl Host {
         let mut in_use = HashSet::new();
         for live in self.all() {
             in_use.insert(live.row.lock().await.rootfs.clone());
+        }
+        // Snapshots taken here on a fetched build restore onto it too.
+        match self.store.snapshot_rootfs(&self.cfg.host_name).await {
+            Ok(paths) => in_use.extend(paths),
+            Err(e) => {
+                warn!(error = %e, "fetched builds: cannot read snapshots; keeping all");
+                return;
+            }
         }
         for entry in entries.flatten() {
             let dir = entry.path();
@@ -331,8 +350,11 @@ pub async fn publish(
         }
         let rootfs = data_dir.join(&origin.build).join("rootfs");
         let started = Instant::now();
-        let (bytes, tree) = objects
-            .upload_stream(&prefix, ARCHIVE, move |out| {
+        // A name of its own: a host racing this one for the same digest writes its own
+        // object, and the manifest written last names one whole archive.
+        let archive = format!("rootfs-{}.tar", uuid::Uuid::new_v4().simple());
+        let (bytes, _raw, tree) = objects
+            .upload_stream(&prefix, &archive, move |out| {
                 pandastack_templates::transfer::pack(&rootfs, out)
             })
             .await?;
@@ -415,12 +437,16 @@ impl FetchingBuilder {
                 .ok_or_else(|| format!("{pointer} is not a build pointer"))?;
             std::fs::create_dir_all(rootfs).map_err(|e| e.to_string())?;
             let target = rootfs.to_path_buf();
+            let prefix = objects::template_build_prefix(&digest);
+            let archive = self
+                .objects
+                .only_file(&prefix)
+                .await
+                .map_err(|e| e.to_string())?;
             self.objects
-                .fetch_stream(
-                    &objects::template_build_prefix(&digest),
-                    ARCHIVE,
-                    move |input| pandastack_templates::transfer::unpack(input, &target),
-                )
+                .fetch_stream(&prefix, &archive, move |input| {
+                    pandastack_templates::transfer::unpack(input, &target)
+                })
                 .await
                 .map_err(|e| e.to_string())?;
             let target = rootfs.to_path_buf();
@@ -615,10 +641,19 @@ mod tests {
         );
 
         // A corrupted archive is refused (checksum) and the host bakes itself.
-        let archive = root
+        let published = root
             .join("bucket")
-            .join(objects::template_build_prefix(&digest))
-            .join(ARCHIVE);
+            .join(objects::template_build_prefix(&digest));
+        let archive = std::fs::read_dir(&published)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("rootfs-")
+            })
+            .unwrap();
         let mut bytes = std::fs::read(&archive).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;

@@ -36,7 +36,7 @@ pub struct VolumeTransfer {
     pub volume_id: String,
     /// Its object-store prefix.
     pub prefix: String,
-    /// Bytes of the archive (for the receiver's disk reserve).
+    /// Bytes of the archive unpacked (the image's data; for the receiver's disk reserve).
     pub bytes: u64,
 }
 
@@ -115,8 +115,8 @@ impl Host {
                 })
                 .await;
             match uploaded {
-                Ok((bytes, ())) => {
-                    info!(sandbox_id, volume_id = %v.volume_id, bytes,
+                Ok((sent_bytes, bytes, ())) => {
+                    info!(sandbox_id, volume_id = %v.volume_id, bytes, sent_bytes,
                         ms = started.elapsed().as_millis() as u64, "volume uploaded for a move");
                     sent.push(VolumeTransfer {
                         volume_id: v.volume_id.clone(),
@@ -186,8 +186,9 @@ impl Host {
         });
     }
 
-    /// Adopting side: fetches every volume `held` names from `sent` into place. Call
-    /// [`Host::drop_received_volumes`] when the adoption fails after this.
+    /// Adopting side: fetches every volume `held` names from `sent` into place; returns the
+    /// ids fetched. Call [`Host::drop_received_volumes`] with them when the adoption fails
+    /// after this.
     ///
     /// # Errors
     /// 409 when a held volume has no transfer (or a bad id), or this host already has an
@@ -197,9 +198,9 @@ impl Host {
         &self,
         held: &[SandboxVolume],
         sent: &[VolumeTransfer],
-    ) -> Result<(), ApiError> {
+    ) -> Result<Vec<String>, ApiError> {
         if held.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let objects = self
             .objects()
@@ -210,7 +211,11 @@ impl Host {
             let t = sent
                 .iter()
                 .find(|t| t.volume_id == v.volume_id)
-                .filter(|_| valid_volume_id(&v.volume_id))
+                .filter(|t| {
+                    valid_volume_id(&v.volume_id)
+                        && t.prefix.starts_with(&format!("volumes/{}/", v.volume_id))
+                        && !t.prefix.contains("..")
+                })
                 .ok_or_else(|| {
                     ApiError::Conflict(format!("volume {} was not sent with the sandbox", v.name))
                 })?;
@@ -226,7 +231,8 @@ impl Host {
         // The first volume this host has.
         std::fs::create_dir_all(self.cfg.data_dir.join("volumes"))
             .map_err(|e| ApiError::internal("volume move", e))?;
-        for (i, t) in plan.iter().enumerate() {
+        let mut fetched_ids = Vec::with_capacity(plan.len());
+        for t in &plan {
             let image = self.volume_image(&t.volume_id);
             let partial = super::partial_path(&image);
             let _ = std::fs::remove_file(&partial);
@@ -241,19 +247,25 @@ impl Host {
                 });
             if let Err(e) = fetched {
                 let _ = std::fs::remove_file(&partial);
-                self.drop_received_volumes(&plan[..i]);
+                self.drop_received_volumes(&fetched_ids);
                 return Err(e);
             }
+            fetched_ids.push(t.volume_id.clone());
         }
-        Ok(())
+        // The draining host removes its copies once the rows name this host: these must be
+        // on disk by then.
+        if let Ok(dir) = std::fs::File::open(self.cfg.data_dir.join("volumes")) {
+            let _ = dir.sync_all();
+        }
+        Ok(fetched_ids)
     }
 
-    /// Adopting side: removes the images [`Host::receive_volumes`] fetched (the adoption
-    /// failed before the sandbox row moved here).
-    pub fn drop_received_volumes(&self, sent: &[VolumeTransfer]) {
-        for t in sent {
-            if valid_volume_id(&t.volume_id) {
-                let _ = std::fs::remove_file(self.volume_image(&t.volume_id));
+    /// Adopting side: removes the images [`Host::receive_volumes`] fetched (`ids`: the
+    /// adoption failed before the sandbox row moved here).
+    pub fn drop_received_volumes(&self, ids: &[String]) {
+        for id in ids {
+            if valid_volume_id(id) {
+                let _ = std::fs::remove_file(self.volume_image(id));
             }
         }
     }
@@ -323,6 +335,7 @@ fn unpack_one(input: &mut dyn std::io::Read, path: &Path) -> std::io::Result<()>
             .unwrap_or_default();
         std::io::Error::new(e.kind(), format!("{e}{cause}"))
     })?;
+    std::fs::File::open(path)?.sync_all()?;
     Ok(())
 }
 

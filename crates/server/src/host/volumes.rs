@@ -586,15 +586,22 @@ impl Host {
         }
     }
 
-    /// Removes volume images no row of this host names (a crash during a create or a delete).
+    /// Removes volume images no volume row of this host names and no sandbox of this host
+    /// holds (a crash during a create, a delete or a volume move).
     pub(super) async fn collect_orphan_volumes(&self) -> Result<(), ApiError> {
-        let known: HashSet<String> = self
+        let mut known: HashSet<String> = self
             .store
             .host_volumes(&self.cfg.host_name)
             .await?
             .into_iter()
             .map(|v| format!("{}.ext4", v.id))
             .collect();
+        // And what this host's sandboxes hold: a drain interrupted after the volume rows
+        // moved but before the sandbox did leaves them naming the other host
+        // (volume_moves.rs), and this copy is the one the sandbox uses.
+        for r in self.store.host_sandboxes(&self.cfg.host_name).await? {
+            known.extend(r.volumes.iter().map(|v| format!("{}.ext4", v.volume_id)));
+        }
         let Ok(files) = std::fs::read_dir(self.cfg.data_dir.join("volumes")) else {
             return Ok(());
         };
