@@ -103,10 +103,17 @@ class Cluster:
         # containers only after those are done.
         wait_until(lambda: not self.containers(self.a) and not self.containers(self.b),
                    timeout=300, interval=1, what="the hosts' template images")
-        # And publish their template builds (2 each: b's differ from a's) in the background;
-        # the tests start once that load is over (the placement test measures load).
-        wait_until(lambda: len([k for k in self.objects("template-builds/") if k.endswith("/manifest.json")]) >= 4,
+        # And publish their template builds (b's differ from a's) in the background; the tests
+        # start once that load is over on both (the placement test measures load).
+        wait_until(lambda: all(self.published_since_start(h) >= 2 for h in (self.a, self.b)),
                    timeout=600, interval=2, what="the hosts' template builds to be published")
+
+    def published_since_start(self, host: SecondServer) -> int:
+        """Template builds `host` published (or found published) since its last start, from its
+        log (shared_builds.rs logs one line per build)."""
+        text = host.log.read_text(errors="replace")
+        since = text.rsplit("starting server on", 1)[-1]
+        return since.count("template build published") + since.count("template build already published")
 
     def client(self, host: SecondServer):
         from pandastack import Client

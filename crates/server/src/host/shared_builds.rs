@@ -341,7 +341,9 @@ pub async fn publish(
 ) -> Result<(), ObjectsError> {
     let digest = &origin.manifest;
     let prefix = objects::template_build_prefix(digest);
-    if !objects.exists(&prefix).await? {
+    if objects.exists(&prefix).await? {
+        info!(build = %origin.build, digest = %&digest[..16], "template build already published");
+    } else {
         if origin.build.contains("..") {
             return Err(ObjectsError::Config(format!(
                 "template build {}: not in the data dir",
