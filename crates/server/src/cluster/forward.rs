@@ -78,12 +78,15 @@ fn bodiless(req: &Request) -> bool {
             .contains_key(axum::http::header::TRANSFER_ENCODING)
 }
 
-/// A copy of `req`'s head with an empty body (for [`bodiless`] requests).
+/// A copy of `req`'s head with an empty body (for [`bodiless`] requests), extensions
+/// included: they carry the matched route's path parameters, without which the handler's
+/// `Path` extractor answers 500.
 fn copy_head(req: &Request) -> Request {
     let mut again = Request::new(axum::body::Body::empty());
     *again.method_mut() = req.method().clone();
     *again.uri_mut() = req.uri().clone();
     *again.headers_mut() = req.headers().clone();
+    *again.extensions_mut() = req.extensions().clone();
     again
 }
 
