@@ -271,6 +271,14 @@ def test_events_of_every_host_reach_a_subscriber_of_either(clean):
 def test_concurrent_creates_spread_over_the_hosts(clean):
     client = clean.client(clean.a)
 
+    # Placement reads the other host's load from its heartbeat (every 5 s): wait until both
+    # report the earlier tests' sandboxes gone, or b looks busier than it is.
+    def idle():
+        hosts = clean.call(clean.a, "GET", "/v1/hosts").json()
+        return all(h["capacity"]["sandboxes"] == 0 for h in hosts)
+
+    wait_until(idle, timeout=60, interval=0.5, what="both hosts' heartbeats to show no sandboxes")
+
     def create(_):
         return client.sandboxes.create(template="base").id
 
@@ -447,8 +455,8 @@ def test_hosts_with_their_own_bakes_restore_each_others_images_onto_the_fetched_
     sb.exec("echo 'written on a' > /root/note")
     snap = sb.snapshot()
     _wait_uploaded(clean, snap)
-    archives = [k for k in clean.objects("template-builds/") if k.endswith("/rootfs.tar")]
-    assert archives, clean.objects("template-builds/")
+    published = clean.objects("template-builds/")
+    assert any(k.endswith("/manifest.json") for k in published), published
     r = clean.call(clean.a, "POST", "/v1/sandboxes", json={"from_snapshot": snap, "host": "b"})
     assert r.status_code == 201, r.text
     restored = client.sandboxes.get(r.json()["id"])
@@ -459,7 +467,8 @@ def test_hosts_with_their_own_bakes_restore_each_others_images_onto_the_fetched_
     fetched = [p.name for p in (clean.b.data_dir / "fetched-templates").iterdir() if len(p.name) == 64]
     assert fetched, "b fetched no build"
     for digest in fetched:
-        assert f"template-builds/{digest}/rootfs.tar" in archives, (digest, archives)
+        # Fetched from a complete publication (its manifest lists the archive).
+        assert f"template-builds/{digest}/manifest.json" in published, (digest, published)
         assert (clean.b.data_dir / "fetched-templates" / digest / "rootfs" / "etc" / "hostname").exists()
     back = restored.snapshot()
     _wait_uploaded(clean, back)
