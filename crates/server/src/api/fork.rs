@@ -67,8 +67,9 @@ async fn fork(
             retry_after_s,
         }) if b.host.is_none() && st.cluster.cfg.shared && st.host.objects().is_some() => {
             match roomy_host(&st, &live, 1).await? {
-                Some(target) => {
-                    return fork_elsewhere(&st, &headers, live, metadata, target, None).await
+                Some((target, claim)) => {
+                    let resp = fork_elsewhere(&st, &headers, live, metadata, target, None).await;
+                    return answered(resp, claim);
                 }
                 None => {
                     return Err(ApiError::Busy {
@@ -128,7 +129,7 @@ async fn roomy_host(
     st: &AppState,
     parent: &Live,
     count: usize,
-) -> Result<Option<HostRow>, ApiError> {
+) -> Result<Option<(HostRow, crate::cluster::Placing)>, ApiError> {
     use crate::cluster::place::{place, Need, Placement};
     let (template, memory_mb) = {
         let r = parent.row.lock().await;
@@ -137,9 +138,20 @@ async fn roomy_host(
     let count = u32::try_from(count).unwrap_or(u32::MAX);
     let need = Need::like(&template, memory_mb.saturating_mul(count));
     Ok(match place(&st.cluster, &st.host, &need).await {
-        Ok(Placement::There(h)) => Some(h),
+        Ok((Placement::There(h), claim)) => Some((h, claim)),
         _ => None,
     })
+}
+
+/// `resp`, after marking the scheduler's claim answered when the other host made the children.
+fn answered(
+    resp: Result<Response, ApiError>,
+    claim: crate::cluster::Placing,
+) -> Result<Response, ApiError> {
+    if resp.as_ref().is_ok_and(|r| r.status().is_success()) {
+        claim.answered();
+    }
+    resp
 }
 
 /// A fork whose child runs on `target` (issue 12 point 4): captured and uploaded here,
@@ -256,9 +268,10 @@ async fn fork_tree(
             retry_after_s,
         }) if st.cluster.cfg.shared && st.host.objects().is_some() => {
             match roomy_host(&st, &live, b.count).await? {
-                Some(target) => {
-                    return fork_elsewhere(&st, &headers, live, metadata, target, Some(b.count))
-                        .await
+                Some((target, claim)) => {
+                    let resp =
+                        fork_elsewhere(&st, &headers, live, metadata, target, Some(b.count)).await;
+                    return answered(resp, claim);
                 }
                 None => {
                     return Err(ApiError::Busy {

@@ -194,11 +194,12 @@ async fn create(
         .await?;
     // A volume's image is on one host's disk: sandboxes that attach it are made there.
     let volume_host = st.host.volumes_host(&volumes).await?;
-    if let Some(resp) =
-        place_elsewhere(&st, &caller, &headers, &req, &template, volume_host).await?
+    // Counts this create in this host's load until it is answered (the scheduler's claim).
+    let _claim = match place_elsewhere(&st, &caller, &headers, &req, &template, volume_host).await?
     {
-        return Ok(resp);
-    }
+        Routed::Relayed(resp) => return Ok(resp),
+        Routed::Here(claim) => claim,
+    };
     let spec = CreateSpec {
         volumes,
         network,
@@ -243,9 +244,17 @@ async fn create(
     Ok((StatusCode::CREATED, Json(sandbox_json(&row))).into_response())
 }
 
+/// Where [`place_elsewhere`] sent a create.
+enum Routed {
+    /// Another host answered it: its answer.
+    Relayed(Response),
+    /// It is this host's to make: the scheduler's claim, to hold until it is answered.
+    Here(crate::cluster::Placing),
+}
+
 /// Issue 12 point 4: when the scheduler puts this create on another host, relays it there
 /// (the body as parsed, its `host` set to the chosen host so that host serves it) and returns
-/// that host's answer; `None`: create here.
+/// that host's answer; else the claim of a create here.
 ///
 /// # Errors
 /// The scheduler's 400/409/503; 502 when the chosen host cannot be reached.
@@ -256,7 +265,7 @@ async fn place_elsewhere(
     req: &CreateSandbox,
     template: &str,
     volume_host: Option<String>,
-) -> Result<Option<Response>, ApiError> {
+) -> Result<Routed, ApiError> {
     use crate::cluster::place::{place, Need, Placement};
     let snapshot = match &req.from_snapshot {
         Some(id) => st.host.store.snapshot(&caller.workspace_id, id).await?,
@@ -294,8 +303,9 @@ async fn place_elsewhere(
             )));
         }
     }
-    let Placement::There(target) = place(&st.cluster, &st.host, &need).await? else {
-        return Ok(None);
+    let (target, placing) = match place(&st.cluster, &st.host, &need).await? {
+        (Placement::There(target), placing) => (target, placing),
+        (Placement::Here, claim) => return Ok(Routed::Here(claim)),
     };
     let mut body = req.clone();
     body.host = Some(target.name.clone());
@@ -311,17 +321,25 @@ async fn place_elsewhere(
             .headers_mut()
             .insert(axum::http::header::AUTHORIZATION, auth.clone());
     }
-    let placing = st.cluster.placing(&target.name);
     let resp = crate::cluster::forward::to_host(&st.cluster, &target, relayed, ()).await;
-    drop(placing);
     match resp {
+        Ok(resp) => {
+            if resp.status().is_success() {
+                placing.answered();
+            }
+            Ok(Routed::Relayed(resp))
+        }
         // The chosen host died since its last heartbeat: this host takes the create, unless
         // the caller asked for that host or the image is only there.
         Err(ApiError::BadGateway(why)) if need.hint.is_none() && need.image_host.is_none() => {
             tracing::warn!(host = %target.name, error = %why, "placement target unreachable: creating here");
-            Ok(None)
+            drop(placing);
+            let me = st.cluster.cfg.host_name.clone();
+            Ok(Routed::Here(
+                st.cluster.claim(&mut st.cluster.claims(), &me),
+            ))
         }
-        other => other.map(Some),
+        Err(e) => Err(e),
     }
 }
 

@@ -134,9 +134,9 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
         _ => return Ok(None),
     }
     let need = Need::like(&template, memory_mb);
-    let target = match place(&st.cluster, &st.host, &need).await? {
-        Placement::There(h) => h,
-        Placement::Here => {
+    let (target, claim) = match place(&st.cluster, &st.host, &need).await? {
+        (Placement::There(h), claim) => (h, claim),
+        (Placement::Here, _) => {
             return Err(ApiError::Busy {
                 message: "no other host has room for it".into(),
                 retry_after_s: crate::host::RETRY_AFTER_S,
@@ -162,6 +162,9 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
     st.host
         .end_volume_move(&live.id, &held, &sent, went, &target.name)
         .await;
+    if went {
+        claim.answered();
+    }
     moved.map(Some)
 }
 

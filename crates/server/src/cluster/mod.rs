@@ -114,9 +114,39 @@ impl HostView {
 pub struct Cluster {
     pub cfg: ClusterConfig,
     store: Arc<Store>,
-    /// Creates this host has sent to each host and not yet seen answered (so concurrent
-    /// creates spread before the next heartbeat reports them).
-    in_flight: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    /// Placements this host made and their hosts have not yet shown in their load (see
+    /// [`Claims`]).
+    claims: std::sync::Mutex<Claims>,
+}
+
+/// The placements a host made that the loads it reads do not show yet, so that concurrent
+/// and back-to-back creates spread before the next heartbeat reports them.
+#[derive(Debug, Default)]
+pub struct Claims {
+    /// Per host: placements made and not yet answered (this host's own included: its live
+    /// load shows a create only once its admission reserved it).
+    in_flight: std::collections::HashMap<String, usize>,
+    /// Creates another host answered, with when: counted until that host's heartbeat is newer
+    /// than the answer (its load then shows the sandbox).
+    answered: Vec<(String, std::time::Instant)>,
+}
+
+impl Claims {
+    /// The placements on `h` its load does not show: in flight, plus (for another host)
+    /// those it answered after its last heartbeat.
+    pub fn pending(&self, h: &HostRow, here: bool) -> usize {
+        let flying = self.in_flight.get(&h.name).copied().unwrap_or(0);
+        if here {
+            return flying;
+        }
+        let heartbeat_age = u128::try_from(h.now_ms - h.heartbeat_at).unwrap_or(0);
+        flying
+            + self
+                .answered
+                .iter()
+                .filter(|(name, at)| *name == h.name && at.elapsed().as_millis() < heartbeat_age)
+                .count()
+    }
 }
 
 impl Cluster {
@@ -125,7 +155,7 @@ impl Cluster {
         Arc::new(Cluster {
             cfg,
             store,
-            in_flight: Default::default(),
+            claims: Default::default(),
         })
     }
 
@@ -312,45 +342,58 @@ impl Cluster {
         }
     }
 
-    /// Counts a create sent to `host` until the returned guard drops.
-    pub fn placing(self: &Arc<Self>, host: &str) -> Placing {
-        *self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(host.to_string())
-            .or_default() += 1;
+    /// The placements not yet shown in the hosts' loads, locked: [`place`] scores and claims
+    /// under one lock, so concurrent creates see each other's choices.
+    pub fn claims(&self) -> std::sync::MutexGuard<'_, Claims> {
+        self.claims.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a placement on `host` (in `claims`, this cluster's locked [`Claims`]) until the
+    /// returned guard drops.
+    pub fn claim(self: &Arc<Self>, claims: &mut Claims, host: &str) -> Placing {
+        *claims.in_flight.entry(host.to_string()).or_default() += 1;
         Placing {
             cluster: self.clone(),
             host: host.to_string(),
+            answered: false,
         }
-    }
-
-    fn in_flight(&self, host: &str) -> usize {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(host)
-            .copied()
-            .unwrap_or(0)
     }
 }
 
-/// A create in flight to a host (see [`Cluster::placing`]).
+/// A placement in flight to a host (see [`Cluster::claim`]): counted in that host's load
+/// until it drops; marked [`answered`](Placing::answered) by another host, until that host's
+/// next heartbeat.
 pub struct Placing {
     cluster: Arc<Cluster>,
     host: String,
+    answered: bool,
+}
+
+impl Placing {
+    /// The host it went to.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The host made the sandbox (a 2xx answer): it counts until that host's next heartbeat
+    /// shows it. This host's own creates show in its live load at once.
+    pub fn answered(mut self) {
+        self.answered = self.host != self.cluster.cfg.host_name;
+    }
 }
 
 impl Drop for Placing {
     fn drop(&mut self) {
-        let mut m = self
-            .cluster
-            .in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = m.get_mut(&self.host) {
+        let mut c = self.cluster.claims();
+        if let Some(n) = c.in_flight.get_mut(&self.host) {
             *n = n.saturating_sub(1);
+        }
+        // A heartbeat comes every HEARTBEAT; older answers are in the loads (or the host is down).
+        let horizon = Duration::from_millis(DOWN_AFTER_MS.unsigned_abs());
+        c.answered.retain(|(_, at)| at.elapsed() < horizon);
+        if self.answered {
+            c.answered
+                .push((self.host.clone(), std::time::Instant::now()));
         }
     }
 }

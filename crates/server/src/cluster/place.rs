@@ -7,12 +7,16 @@
 //!   anywhere, preferring the host that holds it on disk (no fetch).
 //! - Otherwise: the least-loaded active host that has the template and room (committed memory
 //!   against its budget, sandbox count against its limit), counting the creates this host has
-//!   sent and not seen answered, preferring a host with a warm-pool instance of the template;
-//!   this host on a tie. None has room: 503 with `Retry-After`.
+//!   placed there that its load does not show yet, preferring a host with a warm-pool
+//!   instance of the template; this host on a tie. None has room: 503 with `Retry-After`.
 //!
-//! This host's own load is read live; the others' come from their last heartbeat.
+//! This host's own load is read live; the others' come from their last heartbeat. What a
+//! load does not show yet is counted from this host's claims ([`super::Claims`]): every
+//! placement until its create is answered (this host's own included: its admission reserves
+//! a place only later), and a create another host answered until that host's next heartbeat.
+//! Scoring and claiming happen under one lock, so 20 concurrent creates spread.
 
-use super::{is_down, load_of, Cluster};
+use super::{is_down, load_of, Cluster, Placing};
 use crate::error::ApiError;
 use crate::host::{Host, HostLoad, RETRY_AFTER_S};
 use pandastack_store::HostRow;
@@ -56,7 +60,9 @@ impl<'a> Need<'a> {
     }
 }
 
-/// Picks the host of a create (see the module doc).
+/// Picks the host of a create (see the module doc) and claims a place there: the returned
+/// guard counts the create in that host's load until it drops (hold it until the create is
+/// answered; mark a 2xx answer of another host with [`Placing::answered`]).
 ///
 /// # Errors
 /// 400 for a hint naming no host; 503 (with `Retry-After`) when the hinted or image host is
@@ -65,22 +71,36 @@ pub async fn place(
     cluster: &Arc<Cluster>,
     host: &Host,
     need: &Need<'_>,
-) -> Result<Placement, ApiError> {
+) -> Result<(Placement, Placing), ApiError> {
     let me = cluster.cfg.host_name.as_str();
     if !cluster.cfg.shared {
         return match need.hint {
             Some(h) if h != me => Err(ApiError::BadRequest(format!(
                 "host: no host named '{h}' (this server is the only host)"
             ))),
-            _ => Ok(Placement::Here),
+            _ => Ok((Placement::Here, cluster.claim(&mut cluster.claims(), me))),
         };
     }
     let hosts = cluster.hosts().await?;
     let mine = host.load().await;
+    let placement = choose(cluster, &hosts, &mine, need)?;
+    Ok(placement)
+}
+
+/// The choice of [`place`] over `hosts` (this host's load: `mine`), scored and claimed under
+/// one lock of the cluster's claims, so that concurrent creates see each other.
+fn choose(
+    cluster: &Arc<Cluster>,
+    hosts: &[HostRow],
+    mine: &HostLoad,
+    need: &Need<'_>,
+) -> Result<(Placement, Placing), ApiError> {
+    let me = cluster.cfg.host_name.as_str();
     let unavailable = |h: &HostRow, why: &str| ApiError::Busy {
         message: format!("host {} {why}; retry later", h.name),
         retry_after_s: RETRY_AFTER_S,
     };
+    let mut claims = cluster.claims();
     let fixed = need.hint.or(need.image_host);
     if let Some(name) = fixed {
         let Some(h) = hosts.iter().find(|h| h.name == name) else {
@@ -99,15 +119,18 @@ pub async fn place(
             return Err(unavailable(h, "is draining"));
         }
         if h.name == me {
-            return Ok(Placement::Here);
+            return Ok((Placement::Here, cluster.claim(&mut claims, me)));
         }
         if is_down(h) {
             return Err(unavailable(h, "is down"));
         }
-        return Ok(Placement::There(h.clone()));
+        return Ok((
+            Placement::There(h.clone()),
+            cluster.claim(&mut claims, &h.name),
+        ));
     }
     let mut best: Option<(f64, &HostRow)> = None;
-    for h in &hosts {
+    for h in hosts {
         if h.state != "active" || is_down(h) {
             continue;
         }
@@ -115,8 +138,7 @@ pub async fn place(
         let Some(load) = (if here { Some(mine.clone()) } else { load_of(h) }) else {
             continue;
         };
-        let pending = if here { 0 } else { cluster.in_flight(&h.name) };
-        let Some(mut score) = score(&load, pending, need) else {
+        let Some(mut score) = score(&load, claims.pending(h, here), need) else {
             continue;
         };
         if need.prefer == Some(h.name.as_str()) {
@@ -132,15 +154,18 @@ pub async fn place(
         }
     }
     match best {
-        Some((_, h)) if h.name == me => Ok(Placement::Here),
-        Some((_, h)) => Ok(Placement::There(h.clone())),
+        Some((_, h)) if h.name == me => Ok((Placement::Here, cluster.claim(&mut claims, me))),
+        Some((_, h)) => Ok((
+            Placement::There(h.clone()),
+            cluster.claim(&mut claims, &h.name),
+        )),
         // The template is on no host (or every host is full): this host answers (404 for an
         // unknown template, 503 from its own admission when full).
         None if hosts
             .iter()
             .all(|h| load_of(h).is_none_or(|l| !l.templates.contains_key(need.template))) =>
         {
-            Ok(Placement::Here)
+            Ok((Placement::Here, cluster.claim(&mut claims, me)))
         }
         None => Err(ApiError::Busy {
             message: "every host of the cluster is at capacity; retry later".into(),
@@ -205,6 +230,80 @@ mod tests {
             score(&load(5, 5120, 1), 1, &need()),
             score(&load(6, 6144, 0), 0, &need())
         );
+    }
+
+    /// A cluster of this host `a` and `b` (an in-memory store that `choose` never reads).
+    async fn cluster() -> Arc<Cluster> {
+        let store = Arc::new(pandastack_store::Store::open_in_memory().await.unwrap());
+        let cfg = super::super::ClusterConfig {
+            host_name: "a".into(),
+            advertise_url: "http://127.0.0.1:1".into(),
+            node_token: "t".into(),
+            shared: true,
+        };
+        Cluster::new(cfg, store)
+    }
+
+    /// Host `name`'s row with `l` as its heartbeat's load, `age_ms` old.
+    fn row(name: &str, l: &HostLoad, age_ms: i64) -> HostRow {
+        HostRow {
+            name: name.into(),
+            advertise_url: format!("http://{name}"),
+            state: "active".into(),
+            capacity: serde_json::to_value(l).unwrap(),
+            started_at: 0,
+            heartbeat_at: 1_000_000 - age_ms,
+            now_ms: 1_000_000,
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_placements_alternate_between_equal_hosts() {
+        let c = cluster().await;
+        let idle = load(0, 0, 0);
+        let hosts = [row("a", &idle, 100), row("b", &idle, 100)];
+        // 20 creates placed before any is answered (claims held), as a burst does.
+        let mut claims = Vec::new();
+        for _ in 0..20 {
+            claims.push(choose(&c, &hosts, &idle, &need()).unwrap());
+        }
+        let on_b = claims
+            .iter()
+            .filter(|(p, _)| matches!(p, Placement::There(h) if h.name == "b"))
+            .count();
+        assert_eq!(
+            on_b,
+            10,
+            "{:?}",
+            claims.iter().map(|(p, _)| p).collect::<Vec<_>>()
+        );
+        // Answered creates of b count until b's heartbeat is newer than the answers.
+        for (p, claim) in claims {
+            if matches!(p, Placement::There(_)) {
+                claim.answered();
+            }
+        }
+        let b_then = row("b", &idle, 60_000);
+        assert_eq!(c.claims().pending(&b_then, false), 10);
+        let b_now = row("b", &idle, 0);
+        assert_eq!(c.claims().pending(&b_now, false), 0);
+        // This host's own creates are not counted once answered (its live load shows them).
+        assert_eq!(c.claims().pending(&hosts[0], true), 0);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_claim_frees_its_place() {
+        let c = cluster().await;
+        let idle = load(0, 0, 0);
+        let hosts = [row("a", &idle, 100), row("b", &idle, 100)];
+        let (first, claim) = choose(&c, &hosts, &idle, &need()).unwrap();
+        assert_eq!(first, Placement::Here);
+        let (second, _b) = choose(&c, &hosts, &idle, &need()).unwrap();
+        assert!(matches!(second, Placement::There(h) if h.name == "b"));
+        // The create on a failed: a is the emptier host again.
+        drop(claim);
+        let (third, _) = choose(&c, &hosts, &idle, &need()).unwrap();
+        assert_eq!(third, Placement::Here);
     }
 
     #[test]
