@@ -135,8 +135,7 @@ async fn roomy_host(
         let r = parent.row.lock().await;
         (r.template.clone(), r.memory_mb)
     };
-    let count = u32::try_from(count).unwrap_or(u32::MAX);
-    let need = Need::like(&template, memory_mb.saturating_mul(count));
+    let need = Need::like(&template, memory_mb, count);
     Ok(match place(&st.cluster, &st.host, &need).await {
         Ok((Placement::There(h), claim)) => Some((h, claim)),
         _ => None,

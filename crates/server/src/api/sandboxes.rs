@@ -289,6 +289,7 @@ async fn place_elsewhere(
     let need = Need {
         template: snapshot.as_ref().map_or(template, |s| s.template.as_str()),
         memory_mb,
+        sandboxes: 1,
         hint: req.host.as_deref(),
         image_host: snapshot_host
             .filter(|_| !uploaded)
@@ -335,9 +336,11 @@ async fn place_elsewhere(
             tracing::warn!(host = %target.name, error = %why, "placement target unreachable: creating here");
             drop(placing);
             let me = st.cluster.cfg.host_name.clone();
-            Ok(Routed::Here(
-                st.cluster.claim(&mut st.cluster.claims(), &me),
-            ))
+            Ok(Routed::Here(st.cluster.claim(
+                &mut st.cluster.claims(),
+                &me,
+                1,
+            )))
         }
         Err(e) => Err(e),
     }

@@ -133,7 +133,7 @@ async fn move_one(st: &AppState, live: &Arc<Live>) -> Result<Option<Moved>, ApiE
         }
         _ => return Ok(None),
     }
-    let need = Need::like(&template, memory_mb);
+    let need = Need::like(&template, memory_mb, 1);
     let (target, claim) = match place(&st.cluster, &st.host, &need).await? {
         (Placement::There(h), claim) => (h, claim),
         (Placement::Here, _) => {

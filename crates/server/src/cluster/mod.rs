@@ -126,14 +126,14 @@ pub struct Claims {
     /// Per host: placements made and not yet answered (this host's own included: its live
     /// load shows a create only once its admission reserved it).
     in_flight: std::collections::HashMap<String, usize>,
-    /// Creates another host answered, with when: counted until that host's heartbeat is newer
-    /// than the answer (its load then shows the sandbox).
-    answered: Vec<(String, std::time::Instant)>,
+    /// Sandboxes another host made for this host's placements, with when: counted until that
+    /// host's heartbeat is newer than the answer (its load then shows them).
+    answered: Vec<(String, std::time::Instant, usize)>,
 }
 
 impl Claims {
-    /// The placements on `h` its load does not show: in flight, plus (for another host)
-    /// those it answered after its last heartbeat.
+    /// The sandboxes placed on `h` its load does not show: in flight, plus (for another
+    /// host) those it answered after its last heartbeat.
     pub fn pending(&self, h: &HostRow, here: bool) -> usize {
         let flying = self.in_flight.get(&h.name).copied().unwrap_or(0);
         if here {
@@ -144,8 +144,9 @@ impl Claims {
             + self
                 .answered
                 .iter()
-                .filter(|(name, at)| *name == h.name && at.elapsed().as_millis() < heartbeat_age)
-                .count()
+                .filter(|(name, at, _)| *name == h.name && at.elapsed().as_millis() < heartbeat_age)
+                .map(|(_, _, n)| n)
+                .sum::<usize>()
     }
 }
 
@@ -348,13 +349,14 @@ impl Cluster {
         self.claims.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts a placement on `host` (in `claims`, this cluster's locked [`Claims`]) until the
-    /// returned guard drops.
-    pub fn claim(self: &Arc<Self>, claims: &mut Claims, host: &str) -> Placing {
-        *claims.in_flight.entry(host.to_string()).or_default() += 1;
+    /// Counts a placement of `sandboxes` sandboxes on `host` (in `claims`, this cluster's
+    /// locked [`Claims`]) until the returned guard drops.
+    pub fn claim(self: &Arc<Self>, claims: &mut Claims, host: &str, sandboxes: usize) -> Placing {
+        *claims.in_flight.entry(host.to_string()).or_default() += sandboxes;
         Placing {
             cluster: self.clone(),
             host: host.to_string(),
+            sandboxes,
             answered: false,
         }
     }
@@ -366,6 +368,7 @@ impl Cluster {
 pub struct Placing {
     cluster: Arc<Cluster>,
     host: String,
+    sandboxes: usize,
     answered: bool,
 }
 
@@ -386,14 +389,14 @@ impl Drop for Placing {
     fn drop(&mut self) {
         let mut c = self.cluster.claims();
         if let Some(n) = c.in_flight.get_mut(&self.host) {
-            *n = n.saturating_sub(1);
+            *n = n.saturating_sub(self.sandboxes);
         }
         // A heartbeat comes every HEARTBEAT; older answers are in the loads (or the host is down).
         let horizon = Duration::from_millis(DOWN_AFTER_MS.unsigned_abs());
-        c.answered.retain(|(_, at)| at.elapsed() < horizon);
+        c.answered.retain(|(_, at, _)| at.elapsed() < horizon);
         if self.answered {
             c.answered
-                .push((self.host.clone(), std::time::Instant::now()));
+                .push((self.host.clone(), std::time::Instant::now(), self.sandboxes));
         }
     }
 }

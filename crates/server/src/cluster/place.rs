@@ -36,8 +36,10 @@ pub enum Placement {
 pub struct Need<'a> {
     /// Template name.
     pub template: &'a str,
-    /// Memory limit of the new sandbox, MiB.
+    /// Memory limit of the new sandbox, MiB (of all of them, for several).
     pub memory_mb: u32,
+    /// How many sandboxes (a fork tree's children go to one host together), at least 1.
+    pub sandboxes: usize,
     /// The placement hint of the body (`host`).
     pub hint: Option<&'a str>,
     /// The host holding the snapshot image of a `from_snapshot` create (which must serve it).
@@ -47,12 +49,13 @@ pub struct Need<'a> {
 }
 
 impl<'a> Need<'a> {
-    /// A copy of an existing sandbox (a fork child, a drained sandbox): its template and
-    /// memory, no hint, no image host.
-    pub fn like(template: &'a str, memory_mb: u32) -> Self {
+    /// `count` copies of an existing sandbox (fork children, a drained sandbox) on one host:
+    /// its template, `count` times its memory (MiB), no hint, no image host.
+    pub fn like(template: &'a str, memory_mb: u32, count: usize) -> Self {
         Need {
             template,
-            memory_mb,
+            memory_mb: memory_mb.saturating_mul(u32::try_from(count).unwrap_or(u32::MAX)),
+            sandboxes: count.max(1),
             hint: None,
             image_host: None,
             prefer: None,
@@ -78,7 +81,10 @@ pub async fn place(
             Some(h) if h != me => Err(ApiError::BadRequest(format!(
                 "host: no host named '{h}' (this server is the only host)"
             ))),
-            _ => Ok((Placement::Here, cluster.claim(&mut cluster.claims(), me))),
+            _ => Ok((
+                Placement::Here,
+                cluster.claim(&mut cluster.claims(), me, need.sandboxes),
+            )),
         };
     }
     let hosts = cluster.hosts().await?;
@@ -119,14 +125,17 @@ fn choose(
             return Err(unavailable(h, "is draining"));
         }
         if h.name == me {
-            return Ok((Placement::Here, cluster.claim(&mut claims, me)));
+            return Ok((
+                Placement::Here,
+                cluster.claim(&mut claims, me, need.sandboxes),
+            ));
         }
         if is_down(h) {
             return Err(unavailable(h, "is down"));
         }
         return Ok((
             Placement::There(h.clone()),
-            cluster.claim(&mut claims, &h.name),
+            cluster.claim(&mut claims, &h.name, need.sandboxes),
         ));
     }
     let mut best: Option<(f64, &HostRow)> = None;
@@ -154,10 +163,13 @@ fn choose(
         }
     }
     match best {
-        Some((_, h)) if h.name == me => Ok((Placement::Here, cluster.claim(&mut claims, me))),
+        Some((_, h)) if h.name == me => Ok((
+            Placement::Here,
+            cluster.claim(&mut claims, me, need.sandboxes),
+        )),
         Some((_, h)) => Ok((
             Placement::There(h.clone()),
-            cluster.claim(&mut claims, &h.name),
+            cluster.claim(&mut claims, &h.name, need.sandboxes),
         )),
         // The template is on no host (or every host is full): this host answers (404 for an
         // unknown template, 503 from its own admission when full).
@@ -165,7 +177,10 @@ fn choose(
             .iter()
             .all(|h| load_of(h).is_none_or(|l| !l.templates.contains_key(need.template))) =>
         {
-            Ok((Placement::Here, cluster.claim(&mut claims, me)))
+            Ok((
+                Placement::Here,
+                cluster.claim(&mut claims, me, need.sandboxes),
+            ))
         }
         None => Err(ApiError::Busy {
             message: "every host of the cluster is at capacity; retry later".into(),
@@ -175,12 +190,16 @@ fn choose(
 }
 
 /// A host's score for a create (lower is better), or `None` when it lacks the template or
-/// room. `pending`: creates sent to it and not yet answered.
+/// room (`need.sandboxes` slots and `need.memory_mb`). `pending`: sandboxes placed there its
+/// load does not show yet.
 fn score(load: &HostLoad, pending: usize, need: &Need<'_>) -> Option<f64> {
     let pooled = *load.templates.get(need.template)?;
     let sandboxes = load.sandboxes + pending;
-    let committed = load.committed_mb + pending as u64 * u64::from(need.memory_mb);
-    if sandboxes >= load.max_sandboxes || committed + u64::from(need.memory_mb) > load.max_memory_mb
+    // The pending sandboxes' sizes are not known here: each is taken as large as this one.
+    let each_mb = u64::from(need.memory_mb) / need.sandboxes.max(1) as u64;
+    let committed = load.committed_mb + pending as u64 * each_mb;
+    if sandboxes + need.sandboxes.max(1) > load.max_sandboxes
+        || committed + u64::from(need.memory_mb) > load.max_memory_mb
     {
         return None;
     }
@@ -210,6 +229,7 @@ mod tests {
         Need {
             template: "base",
             memory_mb: 1024,
+            sandboxes: 1,
             hint: None,
             image_host: None,
             prefer: None,
@@ -311,6 +331,11 @@ mod tests {
         assert_eq!(score(&load(10, 1024, 0), 0, &need()), None);
         assert_eq!(score(&load(1, 9300, 0), 0, &need()), None);
         assert_eq!(score(&load(9, 1024, 0), 1, &need()), None);
+        // A fork tree of 3 needs 3 slots on one host (memory alone would fit).
+        let tree = Need::like("base", 100, 3);
+        assert_eq!((tree.sandboxes, tree.memory_mb), (3, 300));
+        assert_eq!(score(&load(8, 1024, 0), 0, &tree), None);
+        assert!(score(&load(7, 1024, 0), 0, &tree).is_some());
         let other = Need {
             template: "code-interpreter",
             ..need()
