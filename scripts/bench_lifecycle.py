@@ -11,7 +11,8 @@ Prints markdown tables (P50/P99 ms over --runs runs, default 30) of:
     fork (a thread keeps running exec `true` on it), fork_tree(3) and fork_tree(8) all
     answering, hibernate, wake -> first exec;
   - the floor: `runsc checkpoint --leave-running` of that sandbox, `runsc restore` of the image
-    into a new container and onto one made in advance with `runsc create`, each until the guest
+    into a new container and onto one made in advance with `runsc create`, and 3 and 8 such
+    restores at once (a fork tree's children share the host's cores), each until every guest
     answers its handshake; and each figure's ratio to the floor it is made of;
   - density: --density idle code-interpreter sandboxes (stopping early when MemAvailable falls
     under 4 GiB): host memory per idle sandbox (MemAvailable drop / N), exec P50/P99 across them,
@@ -108,39 +109,63 @@ class Floor:
 
     def restore(self, image: Path, precreate: bool) -> float:
         """ms from starting `runsc restore` to the guest's handshake answer."""
-        cid = "ps-floor" + uuid.uuid4().hex[:27]
-        netns = self._netns(f"psfloor-{cid[-8:]}")
-        d = self._bundle(cid, netns)
-        host, guest = socket.socketpair()
+        return self.restore_many(image, 1, precreate)
+
+    def restore_many(self, image: Path, n: int, precreate: bool = True) -> float:
+        """ms from starting `n` restores of `image` at once (onto containers made in advance
+        with `runsc create` when `precreate`) until every guest answered its handshake: the
+        floor of a fork tree of `n` children on this many cores."""
+        made = []  # (cid, netns, dir, host socket)
+        procs: List[subprocess.Popen] = []
         try:
-            if precreate:
-                subprocess.run(self._runsc(d, "create", f"--bundle={d / 'bundle'}", cid), stdin=guest.fileno(),
-                               stdout=guest.fileno(), stderr=subprocess.DEVNULL, check=True)
+            for _ in range(n):
+                cid = "ps-floor" + uuid.uuid4().hex[:27]
+                netns = self._netns(f"psfloor-{cid[-8:]}")
+                d = self._bundle(cid, netns)
+                host, guest = socket.socketpair()
+                made.append((cid, netns, d, host, guest))
+                if precreate:
+                    subprocess.run(self._runsc(d, "create", f"--bundle={d / 'bundle'}", cid), stdin=guest.fileno(),
+                                   stdout=guest.fileno(), stderr=subprocess.DEVNULL, check=True)
+            start = time.perf_counter()
+            for cid, _, d, _, guest in made:
+                cmd = self._runsc(d, "restore", f"--image-path={image}", f"--bundle={d / 'bundle'}", cid)
+                if precreate:
+                    procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                  stderr=subprocess.DEVNULL))
+                else:
+                    procs.append(subprocess.Popen(cmd, stdin=guest.fileno(), stdout=guest.fileno(),
+                                                  stderr=subprocess.DEVNULL))
                 guest.close()
-                start = time.perf_counter()
-                proc = subprocess.Popen(self._runsc(d, "restore", f"--image-path={image}", f"--bundle={d / 'bundle'}", cid),
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            else:
-                start = time.perf_counter()
-                proc = subprocess.Popen(self._runsc(d, "restore", f"--image-path={image}", f"--bundle={d / 'bundle'}", cid),
-                                        stdin=guest.fileno(), stdout=guest.fileno(), stderr=subprocess.DEVNULL)
-                guest.close()
-            host.settimeout(30)
-            reply = GuestChannel(host).hello()
+            replies: List[dict] = [{} for _ in made]
+
+            def hello(i: int, host: socket.socket) -> None:
+                host.settimeout(60)
+                replies[i] = GuestChannel(host).hello()
+
+            waiters = [threading.Thread(target=hello, args=(i, m[3])) for i, m in enumerate(made)]
+            for w in waiters:
+                w.start()
+            for w in waiters:
+                w.join()
             took = (time.perf_counter() - start) * 1000
-            if reply.get("type") != "hello_ok":
-                raise RuntimeError(f"floor restore: {reply}")
+            bad = [r for r in replies if r.get("type") != "hello_ok"]
+            if bad:
+                raise RuntimeError(f"floor restore: {bad[0]}")
             return took
         finally:
-            subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
-            if netns:
-                subprocess.run(["ip", "netns", "del", netns], capture_output=True)
-            host.close()
-            shutil.rmtree(d, ignore_errors=True)
-            try:
-                proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001
-                pass
+            for cid, netns, d, host, guest in made:
+                subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
+                if netns:
+                    subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+                host.close()
+                guest.close()
+                shutil.rmtree(d, ignore_errors=True)
+            for proc in procs:
+                try:
+                    proc.wait(timeout=10)
+                except Exception:  # noqa: BLE001
+                    pass
 
     def checkpoint(self, iid: str, image: Path) -> float:
         return timed(lambda: subprocess.run(
@@ -262,6 +287,10 @@ def main() -> int:
         for _ in range(a.runs):
             add("floor: runsc restore into a new container", floor.restore(image, precreate=False))
             add("floor: runsc restore onto a created container", floor.restore(image, precreate=True))
+        for i in range(a.runs):
+            add("floor: 3 restores at once onto created containers", floor.restore_many(image, 3))
+            if i % 3 == 0:
+                add("floor: 8 restores at once onto created containers", floor.restore_many(image, 8))
     finally:
         for sb in made:
             try:
@@ -279,8 +308,8 @@ def main() -> int:
         "from_snapshot -> first run_code": pre,
         "fork -> child answers": ckpt + pre,
         "parent's longest stall during a fork": ckpt,
-        "fork_tree(3), all answering": ckpt + pre,
-        "fork_tree(8), all answering": ckpt + pre,
+        "fork_tree(3), all answering": ckpt + p50("floor: 3 restores at once onto created containers"),
+        "fork_tree(8), all answering": ckpt + p50("floor: 8 restores at once onto created containers"),
         "wake -> first exec": pre,
     }
     life = [(k, v, f"{p50(k) / floors[k]:.2f}x" if k in floors else "") for k, v in results.items()]
@@ -340,8 +369,9 @@ def main() -> int:
         print(table(density_rows))
     for n in notes:
         print(f"\n{n}")
-    print("\nfloor: fork = checkpoint + restore onto a created container; snapshot = checkpoint; "
-          "from_snapshot and wake = restore onto a created container.")
+    print("\nfloor: fork = checkpoint + restore onto a created container; fork_tree(N) = checkpoint + N "
+          "restores at once onto created containers; snapshot = checkpoint; from_snapshot and wake = restore "
+          "onto a created container.")
     return 0
 
 
