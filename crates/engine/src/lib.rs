@@ -330,6 +330,16 @@ pub trait Engine: Send + Sync + 'static {
     /// Replenished in the background; `count` 0 stops it (made ones are destroyed).
     fn keep_targets(&self, class: TargetClass, count: usize);
 
+    /// Makes containers of `class` now, at once, so that `count` restores about to come (a
+    /// fork tree's children) each land on one: the ones the ready stock lacks, on top of what
+    /// [`Engine::keep_targets`] keeps, when they are at most `at_most` (more restores than
+    /// that share the cores anyway, and containers made beside them only slow them down);
+    /// returns when they are made (issue 11 point 3). Best effort: a container that cannot be
+    /// made is logged, and its restore makes its own. Engines without targets do nothing.
+    async fn make_targets(&self, class: TargetClass, count: usize, at_most: usize) {
+        let _ = (class, count, at_most);
+    }
+
     /// Containers the engine holds made in advance (ready or being made), for metrics and
     /// leak checks.
     fn targets_held(&self) -> usize;

@@ -766,6 +766,29 @@ impl Engine for GvisorEngine {
         self.targets.held()
     }
 
+    async fn make_targets(&self, class: TargetClass, count: usize, at_most: usize) {
+        let short = count.saturating_sub(self.targets.ready_fitting(&class));
+        if short == 0 || short > at_most {
+            return;
+        }
+        let made = futures::future::join_all((0..short).map(|_| self.make_target(&class))).await;
+        for m in made {
+            match m {
+                // Made while the engine shut down: nobody would destroy it later.
+                Ok(t)
+                    if self
+                        .targets
+                        .closed
+                        .load(std::sync::atomic::Ordering::SeqCst) =>
+                {
+                    let _ = self.destroy(&t.instance_id, &t.dir).await;
+                }
+                Ok(t) => self.targets.add(t),
+                Err(e) => warn!(error = %e, "making a restore target for a fork"),
+            }
+        }
+    }
+
     fn targets_ready(&self) -> usize {
         self.targets.ready()
     }

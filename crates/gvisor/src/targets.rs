@@ -73,6 +73,12 @@ impl Targets {
         Some(ready.swap_remove(i))
     }
 
+    /// Ready targets that fit `want`.
+    pub fn ready_fitting(&self, want: &TargetClass) -> usize {
+        let ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        ready.iter().filter(|t| t.class.fits(want)).count()
+    }
+
     /// Adds a made target.
     pub fn add(&self, t: Target) {
         self.ready.lock().unwrap_or_else(|e| e.into_inner()).push(t);
@@ -168,6 +174,7 @@ mod tests {
         t.made(j);
         assert!(t.next_to_make().is_none());
         assert!(t.take(&class(2)).is_none(), "other resources do not fit");
+        assert_eq!((t.ready_fitting(&a), t.ready_fitting(&class(2))), (2, 0));
         assert_eq!(t.take(&a).unwrap().class, a);
         assert!(t.next_to_make().is_some(), "one was taken");
         let extra = t.set_goal(a.clone(), 0);
