@@ -135,6 +135,20 @@ impl Host {
         }
     }
 
+    /// A new instance's spec for sandbox row `r` (its rootfs, guest dir, resources, network
+    /// policy and disk; no volumes): what [`Host::start_instance`] starts, and the restore
+    /// target class a copy of `r` lands on.
+    pub(super) fn spec_of_row(&self, r: &SandboxRow) -> SandboxSpec {
+        self.instance_spec(
+            &r.rootfs,
+            &r.guest_dir,
+            r.cpu,
+            r.memory_mb,
+            super::network::policy_of(r),
+            r.disk_mb,
+        )
+    }
+
     /// Creates and boots a sandbox from a template (cold boot).
     ///
     /// # Errors
@@ -195,14 +209,7 @@ impl Host {
     ) -> Result<GuestConn, ApiError> {
         let spec = {
             let r = live.row.lock().await;
-            let mut spec = self.instance_spec(
-                &r.rootfs,
-                &r.guest_dir,
-                r.cpu,
-                r.memory_mb,
-                super::network::policy_of(&r),
-                r.disk_mb,
-            );
+            let mut spec = self.spec_of_row(&r);
             spec.volumes = self.volume_mounts(&r.volumes);
             spec
         };

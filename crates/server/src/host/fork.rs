@@ -318,15 +318,7 @@ impl Host {
     /// dir, resources, network mode and disk, as `start_instance` builds the child's spec.
     async fn child_target_class(&self, parent: &Live) -> pandastack_engine::TargetClass {
         let r = parent.row.lock().await;
-        let spec = self.instance_spec(
-            &r.rootfs,
-            &r.guest_dir,
-            r.cpu,
-            r.memory_mb,
-            super::network::policy_of(&r),
-            r.disk_mb,
-        );
-        pandastack_engine::TargetClass::of(&spec)
+        pandastack_engine::TargetClass::of(&self.spec_of_row(&r))
     }
 
     /// Where a fork's transient capture goes: the RAM-backed scratch dir when it has room for
