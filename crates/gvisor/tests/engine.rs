@@ -660,10 +660,48 @@ async fn restores_land_on_containers_made_in_advance() {
         "the restore's policy was not applied: {net}"
     );
 
+    // A fork tree's targets (make_targets): none are kept now, so a tree of 3 lacks 3, more
+    // than the 2 it may make (none made); a tree of 2 gets both, and its restores land on them.
+    let class = pandastack_engine::TargetClass::of(&a);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while engine.targets_held() != engine.targets_ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refill never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    engine.keep_targets(class.clone(), 0);
+    assert_eq!(engine.targets_ready(), 0);
+    engine.make_targets(class.clone(), 3, 2).await;
+    assert_eq!(engine.targets_ready(), 0, "a tree lacking 3 made some");
+    engine.make_targets(class.clone(), 2, 2).await;
+    assert_eq!(
+        engine.targets_ready(),
+        2,
+        "a tree lacking 2 did not get them"
+    );
+    let mut children = Vec::new();
+    for n in [3, 4] {
+        let child = spec(n, open.clone());
+        let c = engine
+            .restore(&child, &image)
+            .await
+            .expect("a child's restore");
+        assert_ne!(
+            c.instance_id, child.instance_id,
+            "a child did not land on a made target"
+        );
+        children.push(c);
+    }
+    assert_eq!(engine.targets_ready(), 0);
     for (id, dir) in [
         (&a.instance_id, &a.dir),
         (&restored.instance_id, &restored.dir),
-    ] {
+    ]
+    .into_iter()
+    .chain(children.iter().map(|c| (&c.instance_id, &c.dir)))
+    {
         engine.destroy(id, dir).await.expect("destroy");
     }
     engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
