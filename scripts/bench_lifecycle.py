@@ -115,13 +115,20 @@ class Floor:
         """ms from starting `n` restores of `image` at once (onto containers made in advance
         with `runsc create` when `precreate`) until every guest answered its handshake: the
         floor of a fork tree of `n` children on this many cores."""
-        made = []  # (cid, netns, dir, host socket)
+        made = []  # (cid, netns, dir, host socket, guest socket)
         procs: List[subprocess.Popen] = []
         try:
             for _ in range(n):
                 cid = "ps-floor" + uuid.uuid4().hex[:27]
-                netns = self._netns(f"psfloor-{cid[-8:]}")
-                d = self._bundle(cid, netns)
+                name = f"psfloor-{cid[-8:]}"
+                try:
+                    netns = self._netns(name)
+                    d = self._bundle(cid, netns)
+                except BaseException:
+                    # Made before it could be recorded: removed here (a no-op when absent).
+                    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+                    shutil.rmtree(self.work / cid, ignore_errors=True)
+                    raise
                 host, guest = socket.socketpair()
                 made.append((cid, netns, d, host, guest))
                 if precreate:

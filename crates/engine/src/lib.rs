@@ -334,8 +334,10 @@ pub trait Engine: Send + Sync + 'static {
     /// fork tree's children) each land on one: the ones the ready stock lacks, on top of what
     /// [`Engine::keep_targets`] keeps, when they are at most `at_most` (more restores than
     /// that share the cores anyway, and containers made beside them only slow them down);
-    /// returns when they are made (issue 11 point 3). Best effort: a container that cannot be
-    /// made is logged, and its restore makes its own. Engines without targets do nothing.
+    /// returns when they are made (issue 11 point 3). Ones no restore takes (the fork failed)
+    /// stay in the stock for later restores and go at shutdown like the rest. Best effort: a
+    /// container that cannot be made is logged, and its restore makes its own. Engines
+    /// without targets do nothing.
     async fn make_targets(&self, class: TargetClass, count: usize, at_most: usize) {
         let _ = (class, count, at_most);
     }

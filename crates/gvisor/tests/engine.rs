@@ -367,6 +367,18 @@ async fn a_disk_bounds_what_a_sandbox_writes() {
 
 /// The files of the test's prerequisites, or `None` (after a `SKIPPED:` line) when they are
 /// missing outside scripts/test.sh.
+/// Waits until `done` holds, checking every 50 ms; fails the test naming `what` after `secs`.
+async fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn prerequisites() -> Option<(PathBuf, PathBuf, PathBuf)> {
     match (
         env_path("PANDASTACK_TEST_ROOTFS"),
@@ -621,14 +633,10 @@ async fn restores_land_on_containers_made_in_advance() {
         .expect("checkpoint");
 
     engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while engine.targets_ready() < 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no restore target was made"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for("a restore target to be made", 60, || {
+        engine.targets_ready() >= 1
+    })
+    .await;
     let closed = pandastack_engine::NetworkPolicy {
         internet: false,
         allow_out: vec![],
@@ -663,14 +671,10 @@ async fn restores_land_on_containers_made_in_advance() {
     // A fork tree's targets (make_targets): none are kept now, so a tree of 3 lacks 3, more
     // than the 2 it may make (none made); a tree of 2 gets both, and its restores land on them.
     let class = pandastack_engine::TargetClass::of(&a);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while engine.targets_held() != engine.targets_ready() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the refill never finished"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for("the refill to finish", 60, || {
+        engine.targets_held() == engine.targets_ready()
+    })
+    .await;
     engine.keep_targets(class.clone(), 0);
     assert_eq!(engine.targets_ready(), 0);
     engine.make_targets(class.clone(), 3, 2).await;
@@ -884,11 +888,10 @@ async fn volumes_follow_instances_through_attach_restore_and_restart() {
     assert!(busy.is_err(), "a volume held read-write was attached twice");
 
     engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while engine.targets_ready() < 1 {
-        assert!(std::time::Instant::now() < deadline, "no restore target");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for("a restore target to be made", 60, || {
+        engine.targets_ready() >= 1
+    })
+    .await;
     engine
         .release_volumes(&a.instance_id, &a.dir)
         .await

@@ -335,12 +335,7 @@ async fn place_elsewhere(
         Err(ApiError::BadGateway(why)) if need.hint.is_none() && need.image_host.is_none() => {
             tracing::warn!(host = %target.name, error = %why, "placement target unreachable: creating here");
             drop(placing);
-            let me = st.cluster.cfg.host_name.clone();
-            Ok(Routed::Here(st.cluster.claim(
-                &mut st.cluster.claims(),
-                &me,
-                1,
-            )))
+            Ok(Routed::Here(st.cluster.claim(&st.cluster.cfg.host_name, 1)))
         }
         Err(e) => Err(e),
     }

@@ -349,9 +349,18 @@ impl Cluster {
         self.claims.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts a placement of `sandboxes` sandboxes on `host` (in `claims`, this cluster's
-    /// locked [`Claims`]) until the returned guard drops.
-    pub fn claim(self: &Arc<Self>, claims: &mut Claims, host: &str, sandboxes: usize) -> Placing {
+    /// Counts a placement of `sandboxes` sandboxes on `host` until the returned guard drops.
+    pub fn claim(self: &Arc<Self>, host: &str, sandboxes: usize) -> Placing {
+        self.claim_in(&mut self.claims(), host, sandboxes)
+    }
+
+    /// [`Cluster::claim`] in `claims`, this cluster's [`Claims`] already locked.
+    pub fn claim_in(
+        self: &Arc<Self>,
+        claims: &mut Claims,
+        host: &str,
+        sandboxes: usize,
+    ) -> Placing {
         *claims.in_flight.entry(host.to_string()).or_default() += sandboxes;
         Placing {
             cluster: self.clone(),
@@ -373,11 +382,6 @@ pub struct Placing {
 }
 
 impl Placing {
-    /// The host it went to.
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
     /// The host made the sandbox (a 2xx answer): it counts until that host's next heartbeat
     /// shows it. This host's own creates show in its live load at once.
     pub fn answered(mut self) {

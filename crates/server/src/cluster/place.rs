@@ -16,7 +16,7 @@
 //! a place only later), and a create another host answered until that host's next heartbeat.
 //! Scoring and claiming happen under one lock, so 20 concurrent creates spread.
 
-use super::{is_down, load_of, Cluster, Placing};
+use super::{is_down, load_of, Claims, Cluster, Placing};
 use crate::error::ApiError;
 use crate::host::{Host, HostLoad, RETRY_AFTER_S};
 use pandastack_store::HostRow;
@@ -81,32 +81,35 @@ pub async fn place(
             Some(h) if h != me => Err(ApiError::BadRequest(format!(
                 "host: no host named '{h}' (this server is the only host)"
             ))),
-            _ => Ok((
-                Placement::Here,
-                cluster.claim(&mut cluster.claims(), me, need.sandboxes),
-            )),
+            _ => Ok((Placement::Here, cluster.claim(me, need.sandboxes))),
         };
     }
     let hosts = cluster.hosts().await?;
     let mine = host.load().await;
-    let placement = choose(cluster, &hosts, &mine, need)?;
-    Ok(placement)
+    // Scored and claimed under one lock of the claims, so concurrent creates see each other.
+    let mut claims = cluster.claims();
+    let placement = choose(me, &hosts, &mine, &claims, need)?;
+    let on = match &placement {
+        Placement::Here => me,
+        Placement::There(h) => h.name.as_str(),
+    };
+    let claim = cluster.claim_in(&mut claims, on, need.sandboxes);
+    Ok((placement, claim))
 }
 
-/// The choice of [`place`] over `hosts` (this host's load: `mine`), scored and claimed under
-/// one lock of the cluster's claims, so that concurrent creates see each other.
+/// The choice of [`place`] on host `me` over `hosts` (this host's load: `mine`), counting
+/// what `claims` says their loads do not show yet.
 fn choose(
-    cluster: &Arc<Cluster>,
+    me: &str,
     hosts: &[HostRow],
     mine: &HostLoad,
+    claims: &Claims,
     need: &Need<'_>,
-) -> Result<(Placement, Placing), ApiError> {
-    let me = cluster.cfg.host_name.as_str();
+) -> Result<Placement, ApiError> {
     let unavailable = |h: &HostRow, why: &str| ApiError::Busy {
         message: format!("host {} {why}; retry later", h.name),
         retry_after_s: RETRY_AFTER_S,
     };
-    let mut claims = cluster.claims();
     let fixed = need.hint.or(need.image_host);
     if let Some(name) = fixed {
         let Some(h) = hosts.iter().find(|h| h.name == name) else {
@@ -125,18 +128,12 @@ fn choose(
             return Err(unavailable(h, "is draining"));
         }
         if h.name == me {
-            return Ok((
-                Placement::Here,
-                cluster.claim(&mut claims, me, need.sandboxes),
-            ));
+            return Ok(Placement::Here);
         }
         if is_down(h) {
             return Err(unavailable(h, "is down"));
         }
-        return Ok((
-            Placement::There(h.clone()),
-            cluster.claim(&mut claims, &h.name, need.sandboxes),
-        ));
+        return Ok(Placement::There(h.clone()));
     }
     let mut best: Option<(f64, &HostRow)> = None;
     for h in hosts {
@@ -163,24 +160,15 @@ fn choose(
         }
     }
     match best {
-        Some((_, h)) if h.name == me => Ok((
-            Placement::Here,
-            cluster.claim(&mut claims, me, need.sandboxes),
-        )),
-        Some((_, h)) => Ok((
-            Placement::There(h.clone()),
-            cluster.claim(&mut claims, &h.name, need.sandboxes),
-        )),
+        Some((_, h)) if h.name == me => Ok(Placement::Here),
+        Some((_, h)) => Ok(Placement::There(h.clone())),
         // The template is on no host (or every host is full): this host answers (404 for an
         // unknown template, 503 from its own admission when full).
         None if hosts
             .iter()
             .all(|h| load_of(h).is_none_or(|l| !l.templates.contains_key(need.template))) =>
         {
-            Ok((
-                Placement::Here,
-                cluster.claim(&mut claims, me, need.sandboxes),
-            ))
+            Ok(Placement::Here)
         }
         None => Err(ApiError::Busy {
             message: "every host of the cluster is at capacity; retry later".into(),
@@ -277,6 +265,18 @@ mod tests {
         }
     }
 
+    /// `choose` and its claim, as `place` does them under one lock.
+    fn placed(c: &Arc<Cluster>, hosts: &[HostRow], mine: &HostLoad) -> (Placement, Placing) {
+        let mut claims = c.claims();
+        let p = choose("a", hosts, mine, &claims, &need()).unwrap();
+        let on = match &p {
+            Placement::Here => "a".to_string(),
+            Placement::There(h) => h.name.clone(),
+        };
+        let claim = c.claim_in(&mut claims, &on, 1);
+        (p, claim)
+    }
+
     #[tokio::test]
     async fn concurrent_placements_alternate_between_equal_hosts() {
         let c = cluster().await;
@@ -285,7 +285,7 @@ mod tests {
         // 20 creates placed before any is answered (claims held), as a burst does.
         let mut claims = Vec::new();
         for _ in 0..20 {
-            claims.push(choose(&c, &hosts, &idle, &need()).unwrap());
+            claims.push(placed(&c, &hosts, &idle));
         }
         let on_b = claims
             .iter()
@@ -316,13 +316,13 @@ mod tests {
         let c = cluster().await;
         let idle = load(0, 0, 0);
         let hosts = [row("a", &idle, 100), row("b", &idle, 100)];
-        let (first, claim) = choose(&c, &hosts, &idle, &need()).unwrap();
+        let (first, claim) = placed(&c, &hosts, &idle);
         assert_eq!(first, Placement::Here);
-        let (second, _b) = choose(&c, &hosts, &idle, &need()).unwrap();
+        let (second, _b) = placed(&c, &hosts, &idle);
         assert!(matches!(second, Placement::There(h) if h.name == "b"));
         // The create on a failed: a is the emptier host again.
         drop(claim);
-        let (third, _) = choose(&c, &hosts, &idle, &need()).unwrap();
+        let (third, _) = placed(&c, &hosts, &idle);
         assert_eq!(third, Placement::Here);
     }
 
