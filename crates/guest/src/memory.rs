@@ -11,7 +11,7 @@
 //! The guard reads `/proc/meminfo` ([`poll_interval`]: the sooner the nearer the limit): the limit is `MemTotal` (runsc sets it
 //! to the memory cgroup's limit when the sandbox starts, i.e. the create's `memory_mb`; the
 //! host raises the cgroup itself by a headroom afterwards, see
-//! `pandastack_gvisor::cgroup::SENTRY_HEADROOM_BYTES`) and the use is `MemTotal -
+//! `pandastack_gvisor::cgroup::headroom_bytes`) and the use is `MemTotal -
 //! MemAvailable` (application memory, page cache of the sandbox's files, tmpfs such as
 //! `/dev/shm`). When the use passes `MemTotal - `[`margin`], it SIGKILLs the user process with
 //! the largest resident set (never itself, PID 1; see [`choose`] for when it kills the whole

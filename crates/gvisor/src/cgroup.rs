@@ -73,27 +73,43 @@ pub fn stats(id: &str) -> InstanceStats {
     }
 }
 
-/// Host memory the sandbox's cgroup allows beyond its `memory_mb`, bytes (issue 8 point 3).
+/// Host memory the sandbox's cgroup allows beyond its `memory_mb` whatever its process count,
+/// bytes: the idle sentry, gofer and stubs (~15 MiB measured), the growth of an allocation loop
+/// between two looks of the guest's memory guard (up to ~1.2 MiB/ms, ~25 MiB past its mark
+/// before its kill lands), and the sentry heap a burst of forks leaves behind (Go returns it
+/// slowly). See [`headroom_bytes`].
+pub const SENTRY_BASE_HEADROOM_BYTES: u64 = 96 * 1024 * 1024;
+
+/// Host memory each process the sandbox may hold costs beyond what the sandbox's own use
+/// shows, bytes (2 MiB): its ptrace stub process (kernel stack, page tables of the guest
+/// memory it maps) and its task in the sentry's heap. Measured here (runsc 20240729, ptrace):
+/// ~0.6 MiB per sleeping `sleep`, ~1.5 MiB per busy Python process of a fork loop (~200 MiB
+/// outside the memory file with ~130 of them).
+pub const HOST_BYTES_PER_PROCESS: u64 = 2 * 1024 * 1024;
+
+/// Host memory the cgroup of a sandbox of `memory_mb` allows beyond its `memory_mb`, bytes
+/// (issue 8 point 3): [`SENTRY_BASE_HEADROOM_BYTES`] plus [`HOST_BYTES_PER_PROCESS`] for each
+/// process it may hold (`config::nproc_limit` plus the guest's `GUEST_PROCESS_RESERVE`); 480
+/// MiB for 512 MiB.
 ///
 /// runsc sets the cgroup's `memory.limit_in_bytes` to `memory_mb` and reports that as the
 /// sandbox's `MemTotal`; the guest's memory guard (`pandastack_guest::memory`) kills the
 /// largest process when the sandbox's own use nears `MemTotal`. The host limit is then raised
-/// by this much ([`add_headroom`]) for what the sandbox's use does not show: the sentry's and
-/// gofer's own memory, the ptrace stub processes, page tables, and the growth of an allocation
-/// loop between two looks of the guard. Only a sandbox whose use the guard cannot bring down
-/// (memory held by tmpfs files, not by a process) still reaches it and is OOM-killed whole.
-///
-/// Measured here (runsc 20240729, ptrace): the cgroup holds ~14 MiB more than the sandbox's
-/// own use when idle, and ~0.6 MiB more per process (stub process, page tables, sentry
-/// heap), ~165 MiB with 256 busy processes (`config::nproc_limit` allows 128 at 512 MiB,
-/// one per 4 MiB); an allocation loop grows by
-/// up to ~1.2 MiB/ms, i.e. up to ~25 MiB past the guard's mark before its kill lands. 256 MiB
-/// covers the sum with room to spare. It is a ceiling, not a reservation: admission
-/// (`--memory-overcommit`) counts `memory_mb` only.
-pub const SENTRY_HEADROOM_BYTES: u64 = 256 * 1024 * 1024;
+/// by this much ([`add_headroom`]) for what the sandbox's use does not show, which grows with
+/// its processes: a fork loop at the process limit (128 at 512 MiB) holds ~200 MiB of host
+/// memory outside the sandbox's use (measured), and a fixed 256 MiB headroom let one such loop
+/// on a loaded host end the whole sandbox (CI, 2026-12-03). Only a sandbox whose use the guard
+/// cannot bring down (memory held by tmpfs files, not by a process) still reaches the limit and
+/// is OOM-killed whole. It is a ceiling, not a reservation: admission (`--memory-overcommit`)
+/// counts `memory_mb` only.
+pub fn headroom_bytes(memory_mb: u32) -> u64 {
+    let processes =
+        crate::config::nproc_limit(memory_mb) + pandastack_guest_protocol::GUEST_PROCESS_RESERVE;
+    SENTRY_BASE_HEADROOM_BYTES + processes * HOST_BYTES_PER_PROCESS
+}
 
-/// Sets instance `id`'s memory cgroup limit to `memory_bytes` + [`SENTRY_HEADROOM_BYTES`]
-/// once the sandbox's sentry (`runsc-sandbox`) is in it, waiting up to `wait` for that. runsc
+/// Sets instance `id`'s memory cgroup limit to `memory_mb` plus [`headroom_bytes`] once the
+/// sandbox's sentry (`runsc-sandbox`) is in it, waiting up to `wait` for that. runsc
 /// writes the cgroup's limit, starts the gofer in it, then reads the limit back as the
 /// sentry's `--total-memory` (the sandbox's `MemTotal`) and starts the sentry: raised any
 /// earlier, the limit would be overwritten or become the sandbox's `MemTotal`.
@@ -101,11 +117,7 @@ pub const SENTRY_HEADROOM_BYTES: u64 = 256 * 1024 * 1024;
 ///
 /// # Errors
 /// I/O errors writing `memory.limit_in_bytes`.
-pub fn add_headroom(
-    id: &str,
-    memory_bytes: u64,
-    wait: std::time::Duration,
-) -> std::io::Result<bool> {
+pub fn add_headroom(id: &str, memory_mb: u32, wait: std::time::Duration) -> std::io::Result<bool> {
     let deadline = std::time::Instant::now() + wait;
     let d = loop {
         let populated = dir("memory", id).filter(|d| holds_a_sentry(&d.join("cgroup.procs")));
@@ -117,7 +129,7 @@ pub fn add_headroom(
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     };
-    let limit = memory_bytes.saturating_add(SENTRY_HEADROOM_BYTES);
+    let limit = (u64::from(memory_mb) << 20).saturating_add(headroom_bytes(memory_mb));
     std::fs::write(d.join("memory.limit_in_bytes"), limit.to_string())?;
     Ok(true)
 }
@@ -293,5 +305,22 @@ mod oom_tests {
         let started = std::time::Instant::now();
         assert!(!killed_by_oom("ps-never-ran"));
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headroom_grows_with_the_processes_a_sandbox_may_hold() {
+        const MIB: u64 = 1024 * 1024;
+        // 512 MiB: 128 user processes + 64 for the guest, 2 MiB each, over the base.
+        assert_eq!(headroom_bytes(512), 480 * MIB);
+        // The process limit's floor (64) holds below 256 MiB.
+        assert_eq!(headroom_bytes(128), headroom_bytes(256));
+        assert_eq!(headroom_bytes(4096), (96 + 2 * (1024 + 64)) * MIB);
+        // Its ceiling (1024 processes) holds from 4 GiB on.
+        assert_eq!(headroom_bytes(16384), headroom_bytes(4096));
     }
 }

@@ -819,7 +819,7 @@ impl Engine for GvisorEngine {
 }
 
 impl GvisorEngine {
-    /// Raises instance `id`'s memory cgroup by [`cgroup::SENTRY_HEADROOM_BYTES`] over its
+    /// Raises instance `id`'s memory cgroup by [`cgroup::headroom_bytes`] over its
     /// `memory_mb` once runsc has made it (on a thread of its own: a one-stage start returns
     /// when the guest socket is up, before runsc has made the cgroup), so the guest's memory
     /// guard acts before the host kills the sandbox (issue 8 point 3). A failure is logged: the
@@ -827,14 +827,11 @@ impl GvisorEngine {
     /// reports it).
     fn add_memory_headroom(id: &str, memory_mb: u32) {
         let id = id.to_string();
-        let raise = move || {
-            let bytes = u64::from(memory_mb) * 1024 * 1024;
-            match cgroup::add_headroom(&id, bytes, START_TIMEOUT) {
-                Ok(true) => {}
-                Ok(false) => warn!(instance_id = %id, "no memory cgroup appeared to give headroom"),
-                Err(e) => {
-                    warn!(instance_id = %id, error = %e, "cannot give the memory cgroup its headroom")
-                }
+        let raise = move || match cgroup::add_headroom(&id, memory_mb, START_TIMEOUT) {
+            Ok(true) => {}
+            Ok(false) => warn!(instance_id = %id, "no memory cgroup appeared to give headroom"),
+            Err(e) => {
+                warn!(instance_id = %id, error = %e, "cannot give the memory cgroup its headroom")
             }
         };
         if let Err(e) = std::thread::Builder::new()
