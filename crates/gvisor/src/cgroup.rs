@@ -282,7 +282,7 @@ fn oom_memcg_matches(msg: &str, needle: &str) -> bool {
 }
 
 #[cfg(test)]
-mod oom_tests {
+mod tests {
     use super::*;
 
     #[test]
@@ -306,11 +306,6 @@ mod oom_tests {
         assert!(!killed_by_oom("ps-never-ran"));
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     #[test]
     fn headroom_grows_with_the_processes_a_sandbox_may_hold() {

@@ -9,7 +9,7 @@
 //! sets them. Without them the test prints `SKIPPED:` and returns, unless
 //! `PANDASTACK_REQUIRE_SANDBOX_TESTS=1` (test.sh sets it), where that is a failure.
 
-use pandastack_engine::{instance_id_from, Engine, InstanceStatus, SandboxSpec};
+use pandastack_engine::{instance_id_from, Engine, Instance, InstanceStatus, SandboxSpec};
 use pandastack_guest_protocol::{
     read_frame, write_frame, Frame, GuestMsg, HostMsg, OutputStream, PROTOCOL_VERSION,
 };
@@ -365,8 +365,6 @@ async fn a_disk_bounds_what_a_sandbox_writes() {
     let _ = std::fs::remove_dir_all(sibling(&work, "mounts"));
 }
 
-/// The files of the test's prerequisites, or `None` (after a `SKIPPED:` line) when they are
-/// missing outside scripts/test.sh.
 /// Waits until `done` holds, checking every 50 ms; fails the test naming `what` after `secs`.
 async fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);
@@ -379,6 +377,27 @@ async fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Restores `image` as `spec` and checks that the restore landed on a container made in
+/// advance (an instance id other than the spec's); `what` names the restore in the failure.
+async fn restore_onto_target(
+    engine: &GvisorEngine,
+    spec: &SandboxSpec,
+    image: &Path,
+    what: &str,
+) -> Instance {
+    let restored = engine
+        .restore(spec, image)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_ne!(
+        restored.instance_id, spec.instance_id,
+        "{what} did not land on a target"
+    );
+    restored
+}
+
+/// The files of the test's prerequisites, or `None` (after a `SKIPPED:` line) when they are
+/// missing outside scripts/test.sh.
 fn prerequisites() -> Option<(PathBuf, PathBuf, PathBuf)> {
     match (
         env_path("PANDASTACK_TEST_ROOTFS"),
@@ -643,14 +662,7 @@ async fn restores_land_on_containers_made_in_advance() {
         deny_out: vec![],
     };
     let b = spec(2, closed.clone());
-    let restored = engine
-        .restore(&b, &image)
-        .await
-        .expect("restore onto a target");
-    assert_ne!(
-        restored.instance_id, b.instance_id,
-        "the restore did not use the target"
-    );
+    let restored = restore_onto_target(&engine, &b, &image, "the restore").await;
     assert!(
         restored.dir.starts_with(work.join("instances")),
         "{:?}",
@@ -688,15 +700,7 @@ async fn restores_land_on_containers_made_in_advance() {
     let mut children = Vec::new();
     for n in [3, 4] {
         let child = spec(n, open.clone());
-        let c = engine
-            .restore(&child, &image)
-            .await
-            .expect("a child's restore");
-        assert_ne!(
-            c.instance_id, child.instance_id,
-            "a child did not land on a made target"
-        );
-        children.push(c);
+        children.push(restore_onto_target(&engine, &child, &image, "a child's restore").await);
     }
     assert_eq!(engine.targets_ready(), 0);
     for (id, dir) in [
