@@ -11,6 +11,7 @@
 //! in `pandastack-gvisor`; a Firecracker engine for KVM hosts would implement it with a vsock
 //! bridge instead, without touching the API layer.
 
+pub mod demand;
 mod network;
 mod volume;
 
@@ -325,10 +326,17 @@ pub trait Engine: Send + Sync + 'static {
     /// own. Volumes of kept instances stay attached (mounted again if a mount went missing).
     async fn recover(&self, keep: &[(InstanceId, PathBuf)]) -> Result<(), EngineError>;
 
-    /// Keeps `count` containers of `class` made in advance, so [`Engine::restore`] of a
-    /// matching spec lands on one at once instead of making its container (~100-150 ms here).
-    /// Replenished in the background; `count` 0 stops it (made ones are destroyed).
-    fn keep_targets(&self, class: TargetClass, count: usize);
+    /// Keeps containers of `class` made in advance, so [`Engine::restore`] of a matching spec
+    /// lands on one at once instead of making its container (~100-150 ms here): at least
+    /// `least`, and up to `most` while restores come in bursts (the largest number that asked
+    /// for one within 5 s over the last 5 minutes; [`demand::Bursts`]). Replenished in the
+    /// background; `least` and `most` 0 stop it (made ones are destroyed).
+    fn keep_targets(&self, class: TargetClass, least: usize, most: usize);
+
+    /// Destroys containers made in advance beyond what recent demand keeps (a burst has aged
+    /// out; see [`Engine::keep_targets`]). Called by the server's sweeper now and then.
+    /// Engines without targets do nothing.
+    fn trim_targets(&self) {}
 
     /// Makes containers of `class` now, at once, so that `count` restores about to come (a
     /// fork tree's children) each land on one: the ones the ready stock lacks, on top of what

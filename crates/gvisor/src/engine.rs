@@ -752,14 +752,13 @@ impl Engine for GvisorEngine {
             })
     }
 
-    fn keep_targets(&self, class: TargetClass, count: usize) {
-        for extra in self.targets.set_goal(class, count) {
-            let engine = self.clone();
-            tokio::spawn(async move {
-                let _ = engine.destroy(&extra.instance_id, &extra.dir).await;
-            });
-        }
+    fn keep_targets(&self, class: TargetClass, least: usize, most: usize) {
+        self.destroy_targets(self.targets.set_goal(class, least, most));
         self.refill_targets();
+    }
+
+    fn trim_targets(&self) {
+        self.destroy_targets(self.targets.trim());
     }
 
     fn targets_held(&self) -> usize {
@@ -839,6 +838,16 @@ impl GvisorEngine {
             .spawn(raise)
         {
             warn!(error = %e, "cannot start the memory headroom thread");
+        }
+    }
+
+    /// Destroys targets taken out of the stock, in the background.
+    fn destroy_targets(&self, extra: Vec<Target>) {
+        for t in extra {
+            let engine = self.clone();
+            tokio::spawn(async move {
+                let _ = engine.destroy(&t.instance_id, &t.dir).await;
+            });
         }
     }
 

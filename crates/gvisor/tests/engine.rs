@@ -651,7 +651,7 @@ async fn restores_land_on_containers_made_in_advance() {
         .await
         .expect("checkpoint");
 
-    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
+    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1, 1);
     wait_for("a restore target to be made", 60, || {
         engine.targets_ready() >= 1
     })
@@ -687,7 +687,7 @@ async fn restores_land_on_containers_made_in_advance() {
         engine.targets_held() == engine.targets_ready()
     })
     .await;
-    engine.keep_targets(class.clone(), 0);
+    engine.keep_targets(class.clone(), 0, 0);
     assert_eq!(engine.targets_ready(), 0);
     engine.make_targets(class.clone(), 3, 2).await;
     assert_eq!(engine.targets_ready(), 0, "a tree lacking 3 made some");
@@ -712,7 +712,7 @@ async fn restores_land_on_containers_made_in_advance() {
     {
         engine.destroy(id, dir).await.expect("destroy");
     }
-    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
+    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1, 1);
     engine.shutdown(false).await;
     assert_eq!(engine.targets_held(), 0);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -891,7 +891,7 @@ async fn volumes_follow_instances_through_attach_restore_and_restart() {
     let busy = engine.boot(&spec(9, vec![vol("a", false)])).await;
     assert!(busy.is_err(), "a volume held read-write was attached twice");
 
-    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1);
+    engine.keep_targets(pandastack_engine::TargetClass::of(&a), 1, 1);
     wait_for("a restore target to be made", 60, || {
         engine.targets_ready() >= 1
     })

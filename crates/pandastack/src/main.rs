@@ -86,9 +86,14 @@ struct ServerArgs {
     #[arg(long, env = "PANDASTACK_POOL_MAX", default_value_t = 8)]
     pool_max: usize,
     /// Containers made in advance per template, so restores (pool refills, snapshots, forks,
-    /// wakes) skip making their container (0: off).
+    /// wakes) skip making their container, at least (0: off unless bursts raise it).
     #[arg(long, env = "PANDASTACK_RESTORE_TARGETS", default_value_t = 2)]
     restore_targets: usize,
+    /// The most a template's restore targets grow to while restores come in bursts (a fork
+    /// tree of 8 makes the next one find 8; ~18 MiB of host memory each). Below
+    /// `--restore-targets` it counts as that.
+    #[arg(long, env = "PANDASTACK_RESTORE_TARGETS_MAX", default_value_t = 8)]
+    restore_targets_max: usize,
     /// Idle seconds after which a persistent sandbox is hibernated (seed 003: 5 minutes).
     #[arg(long, env = "PANDASTACK_IDLE_HIBERNATE_SECONDS", default_value_t = 300)]
     idle_hibernate_seconds: i64,
@@ -353,6 +358,7 @@ fn main() -> Result<()> {
                 platform: a.platform,
                 pool_size: a.pool_size,
                 restore_targets: a.restore_targets,
+                restore_targets_max: a.restore_targets_max,
                 pool_max: a.pool_max,
                 idle_hibernate_seconds: a.idle_hibernate_seconds,
                 shim_command: vec![exe.display().to_string(), "shim".into()],

@@ -125,6 +125,8 @@ pub struct ServerConfig {
     pub pool_max: usize,
     /// Containers made in advance per template for restores (`--restore-targets`).
     pub restore_targets: usize,
+    /// The most a template's restore targets grow to under bursts (`--restore-targets-max`).
+    pub restore_targets_max: usize,
     /// How to start a shim: this binary plus `shim`.
     pub shim_command: Vec<String>,
     /// MCP tool calls allowed per second per workspace (bursts of twice that); 0: no limit.
@@ -306,6 +308,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             pool_size: cfg.pool_size,
             pool_max: cfg.pool_max,
             restore_targets: cfg.restore_targets,
+            restore_targets_max: cfg.restore_targets_max,
             scratch_dir: scratch_dir(&cfg.data_dir),
             idle_hibernate_seconds: cfg.idle_hibernate_seconds,
             public_metrics: cfg.public_metrics,

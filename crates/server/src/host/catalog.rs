@@ -244,16 +244,6 @@ impl Host {
         }
         self.drain_pool(&template_key(tpl), &dirs).await;
         // Restore targets made for this build's rootfs go too.
-        self.engine.keep_targets(
-            pandastack_engine::TargetClass {
-                rootfs: tpl.rootfs.clone(),
-                guest_dir: self.cfg.guest_dir.clone(),
-                cpu: tpl.cpu,
-                memory_mb: tpl.memory_mb,
-                network: self.cfg.default_network_policy(),
-                disk_mb: Some(self.disk_of(tpl)),
-            },
-            0,
-        );
+        self.engine.keep_targets(self.target_class(tpl), 0, 0);
     }
 }

@@ -60,8 +60,11 @@ pub struct HostConfig {
     pub pool_size: usize,
     /// The most a template's pool grows to under bursts of creates.
     pub pool_max: usize,
-    /// Containers made in advance per template for restores to land on (0: none).
+    /// Containers made in advance per template for restores to land on, at least (0 with
+    /// `restore_targets_max` 0: none).
     pub restore_targets: usize,
+    /// The most a template's stock of restore targets grows to under bursts of restores.
+    pub restore_targets_max: usize,
     /// A RAM-backed directory of this server for transient images (fork captures), e.g.
     /// `/dev/shm/pandastack-<tag>`; `None`: they go to the data dir.
     pub scratch_dir: Option<PathBuf>,

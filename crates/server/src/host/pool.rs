@@ -5,8 +5,8 @@
 //!
 //! The pool does not drain under bursts (issue 11): a claim starts refills at once, up to
 //! [`PARALLEL_REFILLS`] restores at a time (landing on containers made in advance), and its size
-//! follows demand: the largest number of claims seen within any [`BURST_WINDOW`] of the last
-//! [`HISTORY`], between `--pool-size` and `--pool-max`. When demand goes, the sweeper trims the
+//! follows demand ([`Bursts`]): the largest number of claims seen within any 5 s of the last
+//! 5 minutes, between `--pool-size` and `--pool-max`. When demand goes, the sweeper trims the
 //! pool back to `--pool-size`.
 //!
 //! The built-ins are pooled from server start; a user template from its first create. Pools are
@@ -20,8 +20,9 @@ use crate::guest::GuestConn;
 use crate::state::SandboxState;
 use pandastack_engine::SandboxSpec;
 
+use pandastack_engine::demand::Bursts;
 use pandastack_templates::TemplateInfo;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::{debug, warn};
@@ -29,10 +30,6 @@ use tracing::{debug, warn};
 /// Restores a template's pool refills run at once (the host has 2 cores here; more only
 /// slows each one down).
 pub const PARALLEL_REFILLS: usize = 2;
-/// A burst: claims within this window count together.
-pub const BURST_WINDOW: Duration = Duration::from_secs(5);
-/// How long a burst keeps the pool large.
-pub const HISTORY: Duration = Duration::from_secs(300);
 
 /// One pre-restored instance.
 pub struct Pooled {
@@ -51,31 +48,8 @@ struct TemplatePool {
     workers: usize,
     /// Restores in flight.
     in_flight: usize,
-    /// Recent claims (hits and misses), oldest first.
-    claims: VecDeque<Instant>,
-}
-
-impl TemplatePool {
-    /// The largest number of claims within any [`BURST_WINDOW`] of the last [`HISTORY`].
-    fn burst(&mut self, now: Instant) -> usize {
-        while self
-            .claims
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > HISTORY)
-        {
-            self.claims.pop_front();
-        }
-        let times: Vec<Instant> = self.claims.iter().copied().collect();
-        let mut best = 0;
-        let mut lo = 0;
-        for hi in 0..times.len() {
-            while times[hi].duration_since(times[lo]) > BURST_WINDOW {
-                lo += 1;
-            }
-            best = best.max(hi - lo + 1);
-        }
-        best
-    }
+    /// Recent claims (hits and misses).
+    claims: Bursts,
 }
 
 /// Pooled instances by template key.
@@ -138,7 +112,7 @@ impl Host {
             .entry(key.clone())
             .or_default()
             .claims
-            .push_back(Instant::now());
+            .record(Instant::now());
         let pooled = loop {
             let candidate = self.pool.lock().get_mut(&key).and_then(|t| t.ready.pop());
             let Some(p) = candidate else { break None };
@@ -221,10 +195,8 @@ impl Host {
         if self.cfg.pool_size == 0 {
             return 0;
         }
-        t.burst(Instant::now()).clamp(
-            self.cfg.pool_size,
-            self.cfg.pool_max.max(self.cfg.pool_size),
-        )
+        t.claims
+            .goal(Instant::now(), self.cfg.pool_size, self.cfg.pool_max)
     }
 
     /// Tops up `tpl`'s pool to its goal in the background, with up to [`PARALLEL_REFILLS`]
@@ -420,28 +392,5 @@ impl Host {
             remain |= live.row.lock().await.instance_id.is_some();
         }
         self.engine.shutdown(remain).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_burst_is_the_most_claims_within_the_window() {
-        let mut t = TemplatePool::default();
-        let now = Instant::now();
-        assert_eq!(t.burst(now), 0);
-        let base = now - Duration::from_secs(100);
-        for i in 0..10 {
-            t.claims.push_back(base + Duration::from_millis(100 * i));
-        }
-        for i in 0..3 {
-            t.claims.push_back(base + Duration::from_secs(50 + 10 * i));
-        }
-        assert_eq!(t.burst(now), 10);
-        let later = base + HISTORY + Duration::from_secs(10);
-        assert_eq!(t.burst(later), 1, "the burst aged out");
-        assert_eq!(t.claims.len(), 3);
     }
 }

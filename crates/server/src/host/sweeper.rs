@@ -28,6 +28,7 @@ impl Host {
                 n += 1;
                 if n.is_multiple_of(40) {
                     host.trim_pools().await;
+                    host.engine.trim_targets();
                     host.sweep_object_cache().await;
                     host.sweep_fetched_builds().await;
                 }

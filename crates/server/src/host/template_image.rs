@@ -56,22 +56,29 @@ impl Host {
             .join(format!("{}-{guest}{mode}-{layout}", tpl.build_id))
     }
 
-    /// Asks the engine to keep `--restore-targets` containers of `tpl`'s class made in
-    /// advance: restores of its template image (pool refills, pool misses), of snapshots of its
-    /// sandboxes, fork children and wakes land on one (issue 11).
+    /// Asks the engine to keep containers of `tpl`'s class made in advance, between
+    /// `--restore-targets` and `--restore-targets-max` as restores ask: restores of its
+    /// template image (pool refills, pool misses), of snapshots of its sandboxes, fork
+    /// children and wakes land on one (issue 11).
     pub fn keep_restore_targets(&self, tpl: &TemplateInfo) {
         self.engine.keep_targets(
-            pandastack_engine::TargetClass {
-                rootfs: tpl.rootfs.clone(),
-                guest_dir: self.cfg.guest_dir.clone(),
-                cpu: tpl.cpu,
-                memory_mb: tpl.memory_mb,
-                network: self.cfg.default_network_policy(),
-                // Targets carry a disk of the template's size, made with them ahead of time.
-                disk_mb: Some(self.disk_of(tpl)),
-            },
+            self.target_class(tpl),
             self.cfg.restore_targets,
+            self.cfg.restore_targets_max,
         );
+    }
+
+    /// The class of restore targets for sandboxes of `tpl` (what its images restore onto).
+    pub(crate) fn target_class(&self, tpl: &TemplateInfo) -> pandastack_engine::TargetClass {
+        pandastack_engine::TargetClass {
+            rootfs: tpl.rootfs.clone(),
+            guest_dir: self.cfg.guest_dir.clone(),
+            cpu: tpl.cpu,
+            memory_mb: tpl.memory_mb,
+            network: self.cfg.default_network_policy(),
+            // Targets carry a disk of the template's size, made with them ahead of time.
+            disk_mb: Some(self.disk_of(tpl)),
+        }
     }
 
     /// The ready image of `tpl`, if one was made.
