@@ -7,9 +7,10 @@ Prints markdown tables (P50/P99 ms over --runs runs, default 30) of:
     warm pool sizes itself from recent bursts);
   - exec `true`, run_code("1");
   - with a code-interpreter sandbox whose kernel holds a 1e5-row DataFrame: snapshot,
-    from_snapshot -> first run_code, fork -> child answers, the parent's longest stall during a
-    fork (a thread keeps running exec `true` on it), fork_tree(3) and fork_tree(8) all
-    answering, hibernate, wake -> first exec;
+    from_snapshot -> first run_code, fork -> child answers (a quiet parent), the parent's
+    longest stall during a fork (another fork, while a thread keeps running exec `true` on
+    it), fork_tree(3) and fork_tree(8) until every child answered (all asked at once),
+    hibernate, wake -> first exec;
   - the floor: `runsc checkpoint --leave-running` of that sandbox, `runsc restore` of the image
     into a new container and onto one made in advance with `runsc create`, and 3 and 8 such
     restores at once (a fork tree's children share the host's cores), each until every guest
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 import uuid
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -249,6 +251,16 @@ def main() -> int:
             add("from_snapshot -> first run_code", timed(restore))
             client.snapshots.delete(snap[0])
 
+            def fork() -> None:
+                child = warm.fork()
+                made.append(child)
+                assert child.create_code_context().run_code("len(df)").text == "100000"
+
+            # A quiet parent, as the floor's checkpoint has.
+            add("fork -> child answers", timed(fork))
+
+            # The stall, in a fork of its own: a thread runs exec `true` on the parent
+            # throughout (about a core of load, so this fork is not timed).
             stalls: List[float] = []
             stop = threading.Event()
 
@@ -259,22 +271,20 @@ def main() -> int:
             pinger = threading.Thread(target=ping)
             pinger.start()
             time.sleep(0.05)
-
-            def fork() -> None:
-                child = warm.fork()
-                made.append(child)
-                assert child.create_code_context().run_code("len(df)").text == "100000"
-
-            add("fork -> child answers", timed(fork))
+            fork()
             stop.set()
             pinger.join()
             add("parent's longest stall during a fork", max(stalls))
 
+            def answers(k: Sandbox) -> None:
+                assert k.create_code_context().run_code("len(df)").text == "100000"
+
             def tree(n: int) -> None:
                 kids = warm.fork_tree(n)
                 made.extend(kids)
-                for k in kids:
-                    assert k.create_code_context().run_code("len(df)").text == "100000"
+                # Every child asked at once, as the floor waits for every handshake at once.
+                with ThreadPoolExecutor(n) as pool:
+                    list(pool.map(answers, kids))
 
             add("fork_tree(3), all answering", timed(lambda: tree(3)))
             if i % 3 == 0:
