@@ -5,7 +5,7 @@
 Prints markdown tables (P50/P99 ms over --runs runs, default 30) of:
   - create -> first exec, 50 back to back (`code-interpreter`), after one warm-up burst (the
     warm pool sizes itself from recent bursts);
-  - exec `true`, run_code("1");
+  - exec `true` (its floor: the same exec straight over the guest channel), run_code("1");
   - with a code-interpreter sandbox whose kernel holds a 1e5-row DataFrame: snapshot,
     from_snapshot -> first run_code, fork -> child answers (a quiet parent), the parent's
     longest stall during a fork (another fork, while a thread keeps running exec `true` on
@@ -17,7 +17,8 @@ Prints markdown tables (P50/P99 ms over --runs runs, default 30) of:
     answers its handshake; and each figure's ratio to the floor it is made of;
   - density: --density idle code-interpreter sandboxes (stopping early when MemAvailable falls
     under 4 GiB): host memory per idle sandbox (MemAvailable drop / N), exec P50/P99 across them,
-    idle CPU per sandbox over 20 s.
+    idle CPU per sandbox over 20 s, and its floors: 3 runsc sandboxes running only `sleep`, and 3
+    copies of the image restored by runsc alone.
 
 Runs against $PANDASTACK_API with $PANDASTACK_API_KEY; --data-dir is that server's data dir (the
 floor reads its store and runsc root; nothing there is changed). Needs root (runsc, ip).
@@ -28,6 +29,7 @@ floor reads its store and runsc root; nothing there is changed). Needs root (run
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -176,6 +178,110 @@ class Floor:
                 except Exception:  # noqa: BLE001
                     pass
 
+    def exec_floor(self, image: Path, runs: int) -> List[float]:
+        """ms of each of `runs` exec `true` straight over the guest channel of a copy of
+        `image` restored here (the guest's spawn under ptrace, without HTTP and the server)."""
+        cid = "ps-floor" + uuid.uuid4().hex[:27]
+        name = f"psfloor-{cid[-8:]}"
+        host, guest = socket.socketpair()
+        d: Optional[Path] = None
+        proc: Optional[subprocess.Popen] = None
+        try:
+            netns = self._netns(name)
+            d = self._bundle(cid, netns)
+            proc = subprocess.Popen(
+                self._runsc(d, "restore", f"--image-path={image}", f"--bundle={d / 'bundle'}", cid),
+                stdin=guest.fileno(), stdout=guest.fileno(), stderr=subprocess.DEVNULL)
+            guest.close()
+            host.settimeout(60)
+            channel = GuestChannel(host)
+            if channel.hello().get("type") != "hello_ok":
+                raise RuntimeError("floor exec: no handshake")
+
+            def run() -> None:
+                last = channel.exec("true")[-1]
+                if (last.get("type"), last.get("exit_code")) != ("exited", 0):
+                    raise RuntimeError(f"floor exec: {last}")
+
+            for _ in range(3):
+                run()
+            return [timed(run) for _ in range(runs)]
+        finally:
+            subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            host.close()
+            guest.close()
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
+            if proc:
+                try:
+                    proc.wait(timeout=10)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def idle_cpu(self, image: Optional[Path], n: int = 3, seconds: float = 20.0) -> float:
+        """% of a core each of `n` idle sandboxes uses over `seconds` (cpuacct of their
+        cgroups): copies of `image` restored here (our guest daemon and kernel, no server
+        talking to them), or with `image` None fresh runsc sandboxes of the same bundle running
+        only `sleep` (gVisor's own idle cost)."""
+        made = []  # (cid, netns, dir, host socket)
+        procs: List[subprocess.Popen] = []
+        try:
+            for _ in range(n):
+                cid = "ps-floor" + uuid.uuid4().hex[:27]
+                name = f"psfloor-{cid[-8:]}"
+                try:
+                    netns = self._netns(name)
+                    d = self._bundle(cid, netns)
+                except BaseException:
+                    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+                    shutil.rmtree(self.work / cid, ignore_errors=True)
+                    raise
+                host, guest = socket.socketpair()
+                made.append((cid, netns, d, host))
+                if image is None:
+                    cfg_path = d / "bundle" / "config.json"
+                    cfg = json.loads(cfg_path.read_text())
+                    cfg["process"]["args"] = ["/bin/sleep", "infinity"]
+                    cfg_path.write_text(json.dumps(cfg))
+                    args = ["run", f"--bundle={d / 'bundle'}", cid]
+                else:
+                    args = ["restore", f"--image-path={image}", f"--bundle={d / 'bundle'}", cid]
+                procs.append(subprocess.Popen(self._runsc(d, *args), stdin=guest.fileno(), stdout=guest.fileno(),
+                                              stderr=subprocess.DEVNULL))
+                guest.close()
+                if image is not None:
+                    host.settimeout(60)
+                    if GuestChannel(host).hello().get("type") != "hello_ok":
+                        raise RuntimeError("floor idle: no handshake")
+
+            def usage() -> int:
+                total = 0
+                for cid, *_ in made:
+                    files = glob.glob(f"/sys/fs/cgroup/cpuacct/**/pandastack-floor/{cid}/cpuacct.usage", recursive=True)
+                    if not files:
+                        raise RuntimeError(f"floor idle: no cpuacct cgroup for {cid}")
+                    total += int(Path(files[0]).read_text())
+                return total
+
+            time.sleep(5)  # past start-up
+            c0, t0 = usage(), time.perf_counter()
+            time.sleep(seconds)
+            c1, t1 = usage(), time.perf_counter()
+            return (c1 - c0) / 1e9 / (t1 - t0) / n * 100
+        finally:
+            for cid, netns, d, host in made:
+                subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
+                if netns:
+                    subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+                host.close()
+                shutil.rmtree(d, ignore_errors=True)
+            for proc in procs:
+                try:
+                    proc.wait(timeout=10)
+                except Exception:  # noqa: BLE001
+                    pass
+
     def checkpoint(self, iid: str, image: Path) -> float:
         return timed(lambda: subprocess.run(
             ["runsc", f"--root={self.data_dir / 'runsc'}", "checkpoint", "--leave-running", "--compression=none",
@@ -222,19 +328,20 @@ def main() -> int:
     time.sleep(10)  # the pool refills to the size the first burst asked for
     rows.append(("create -> first exec, 50 back to back (`code-interpreter`)", burst(50)))
 
+    results: Dict[str, List[float]] = {}
+    add = lambda k, v: results.setdefault(k, []).append(v)  # noqa: E731
     probe = Sandbox.create(template="code-interpreter")
     for _ in range(3):
         probe.exec("true")
-    rows.append(("exec `true`", [timed(lambda: probe.exec("true")) for _ in range(50)]))
+    results["exec `true`"] = [timed(lambda: probe.exec("true")) for _ in range(50)]
     ctx0 = probe.create_code_context()
     ctx0.run_code("1")
     rows.append(("run_code(\"1\")", [timed(lambda: ctx0.run_code("1")) for _ in range(50)]))
     probe.kill()
 
     warm = Sandbox.create(template="code-interpreter", ttl_seconds=3600)
-    results: Dict[str, List[float]] = {}
-    add = lambda k, v: results.setdefault(k, []).append(v)  # noqa: E731
     floor = None
+    idle_floor: Dict[str, float] = {}
     try:
         ctx = warm.create_code_context()
         ctx.run_code("import pandas as pd, numpy as np; df = pd.DataFrame({'a': np.arange(100000)})")
@@ -308,6 +415,9 @@ def main() -> int:
             add("floor: 3 restores at once onto created containers", floor.restore_many(image, 3))
             if i % 3 == 0:
                 add("floor: 8 restores at once onto created containers", floor.restore_many(image, 8))
+        results["floor: exec `true` over the guest channel"] = floor.exec_floor(image, 50)
+        idle_floor["runsc running only `sleep`"] = floor.idle_cpu(None)
+        idle_floor["this image restored by runsc alone (no server)"] = floor.idle_cpu(image)
     finally:
         for sb in made:
             try:
@@ -321,6 +431,7 @@ def main() -> int:
     p50 = lambda k: percentile(results[k], 50)  # noqa: E731
     ckpt, pre = p50("floor: runsc checkpoint --leave-running"), p50("floor: runsc restore onto a created container")
     floors = {
+        "exec `true`": p50("floor: exec `true` over the guest channel"),
         "snapshot": ckpt,
         "from_snapshot -> first run_code": pre,
         "fork -> child answers": ckpt + pre,
@@ -368,8 +479,10 @@ def main() -> int:
             time.sleep(20)
             c1, t1 = cpu(), time.perf_counter()
             idle_pct = (c1 - c0) / 1e9 / (t1 - t0) / len(idle) * 100
+            floor_text = "; ".join(f"{k} {v:.3f} %" for k, v in idle_floor.items())
             notes.append(f"density: {len(idle)} idle `code-interpreter` sandboxes, host memory "
-                         f"{per / 2**20:.0f} MiB each (MemAvailable drop / N), idle CPU {idle_pct:.3f} % of a core each")
+                         f"{per / 2**20:.0f} MiB each (MemAvailable drop / N), idle CPU {idle_pct:.3f} % of a core each "
+                         f"(floor, 3 idle sandboxes over 20 s: {floor_text})")
         finally:
             for s in idle:
                 try:
@@ -386,7 +499,8 @@ def main() -> int:
         print(table(density_rows))
     for n in notes:
         print(f"\n{n}")
-    print("\nfloor: fork = checkpoint + restore onto a created container; fork_tree(N) = checkpoint + N "
+    print("\nfloor: exec `true` = the same exec sent straight over the guest channel of a copy restored by runsc "
+          "(no HTTP, no server); fork = checkpoint + restore onto a created container; fork_tree(N) = checkpoint + N "
           "restores at once onto created containers; snapshot = checkpoint; from_snapshot and wake = restore "
           "onto a created container.")
     return 0

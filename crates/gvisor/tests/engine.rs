@@ -703,6 +703,19 @@ async fn restores_land_on_containers_made_in_advance() {
         children.push(restore_onto_target(&engine, &child, &image, "a child's restore").await);
     }
     assert_eq!(engine.targets_ready(), 0);
+
+    // Demand (issue 11): the two children just asked for targets of this class, so with room
+    // for 3 the stock grows past its least of 0; a trim keeps a recent burst, a lower most
+    // gives the surplus back.
+    engine.keep_targets(class.clone(), 0, 3);
+    wait_for("the stock to follow the burst", 60, || {
+        engine.targets_ready() >= 2 && engine.targets_held() == engine.targets_ready()
+    })
+    .await;
+    engine.trim_targets();
+    assert!(engine.targets_ready() >= 2, "a recent burst was trimmed");
+    engine.keep_targets(class.clone(), 0, 1);
+    assert_eq!(engine.targets_ready(), 1, "a lower most kept its surplus");
     for (id, dir) in [
         (&a.instance_id, &a.dir),
         (&restored.instance_id, &restored.dir),
