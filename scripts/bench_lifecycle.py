@@ -291,6 +291,31 @@ class Floor:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+def settle(limit_s: float = 90.0, quiet_s: float = 3.0) -> None:
+    """Waits until the server has stopped making things ahead of time (no warm-pool restore in
+    flight, the restore-target count unchanged for `quiet_s`), so the next rows do not share
+    the cores with refills a burst started. Gives up after `limit_s`."""
+    import requests
+
+    url = f"{os.environ['PANDASTACK_API']}/metrics"
+    headers = {"Authorization": f"Bearer {os.environ['PANDASTACK_API_KEY']}"}
+    deadline, last, since = time.monotonic() + limit_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        in_flight, targets = 0.0, None
+        for line in requests.get(url, headers=headers, timeout=30).text.splitlines():
+            if line.startswith("pandastack_pool_instances{") and 'state="in_flight"' in line:
+                in_flight += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("pandastack_restore_targets "):
+                targets = float(line.rsplit(" ", 1)[1])
+        state = (in_flight, targets)
+        if state != last:
+            last, since = state, time.monotonic()
+        elif in_flight == 0 and time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.5)
+    print("bench: the server did not settle", file=sys.stderr)
+
+
 def instance_of(data_dir: Path, sandbox_id: str) -> tuple[str, Path]:
     db = sqlite3.connect(f"file:{data_dir / 'store.db'}?mode=ro", uri=True, timeout=10)
     try:
@@ -325,8 +350,9 @@ def main() -> int:
 
     print("bench: create bursts", file=sys.stderr)
     burst(50)
-    time.sleep(10)  # the pool refills to the size the first burst asked for
+    settle()  # the pool refills to the size the first burst asked for
     rows.append(("create -> first exec, 50 back to back (`code-interpreter`)", burst(50)))
+    settle()
 
     results: Dict[str, List[float]] = {}
     add = lambda k, v: results.setdefault(k, []).append(v)  # noqa: E731
