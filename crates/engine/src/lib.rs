@@ -350,6 +350,15 @@ pub trait Engine: Send + Sync + 'static {
         let _ = (class, count, at_most);
     }
 
+    /// Host memory instance `id` uses now as the host's limit counts it (the gVisor engine:
+    /// its memory cgroup's `memory.usage_in_bytes`), bytes; cheap enough to ask every 100 ms
+    /// for every instance (the server's memory watch). None when the engine cannot tell: the
+    /// guest's memory guard then keeps looking for itself.
+    fn memory_used(&self, id: &str) -> Option<u64> {
+        let _ = id;
+        None
+    }
+
     /// Containers the engine holds made in advance (ready or being made), for metrics and
     /// leak checks.
     fn targets_held(&self) -> usize;

@@ -16,8 +16,14 @@ pub const FEATURE_READ_WINDOW: &str = "read_window";
 pub enum HostMsg {
     /// First frame of every connection. Answered by [`GuestMsg::HelloOk`] or a version error.
     Hello { id: RequestId, version: u32 },
-    /// Liveness probe, answered by [`GuestMsg::Pong`].
-    Ping { id: RequestId },
+    /// Liveness probe, answered by [`GuestMsg::Pong`]. With `memory_lease_ms` the host also
+    /// says it watches the sandbox's memory from outside for that long (the guard may stop
+    /// looking; 0: the use is high, look now and on your own). Older guests ignore the field.
+    Ping {
+        id: RequestId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_lease_ms: Option<u64>,
+    },
     /// Runs a command line. A line without shell syntax is spawned directly (faster); any other
     /// line runs under `/bin/bash -c` (or `/bin/sh -c` where bash is missing). The process gets
     /// its own process group; at `timeout_ms` the whole group is killed (SIGKILL).
@@ -101,7 +107,7 @@ impl HostMsg {
         use HostMsg::*;
         match self {
             Hello { id, .. }
-            | Ping { id }
+            | Ping { id, .. }
             | Exec { id, .. }
             | ExecStdin { id }
             | ExecKill { id }

@@ -86,7 +86,12 @@ impl Guest {
                 hello(ctx, id, version);
                 Ok(())
             }
-            HostMsg::Ping { .. } => {
+            HostMsg::Ping {
+                memory_lease_ms, ..
+            } => {
+                if let Some(ms) = memory_lease_ms {
+                    ctx.memory.lease(ms);
+                }
                 ctx.out.send(&GuestMsg::Pong {
                     id,
                     oom_kills: ctx.memory.take_unreported(),

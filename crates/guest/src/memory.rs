@@ -22,13 +22,17 @@
 //! exits 137 (128 + SIGKILL) and gets a line on stderr saying why; a kernel that was killed
 //! answers its run with `OutOfMemory`.
 //!
+//! While the host holds a lease ([`MemoryGuard::lease`]: it samples the sandbox's memory
+//! cgroup itself, every 100 ms, and the use is below half of the limit) the guard does not
+//! look at all; the host takes the lease back the moment the use reaches half.
+//!
 //! The numbers behind [`MAX_GROWTH_BYTES_PER_MS`], [`margin`] and the host's headroom were
 //! measured here (ptrace platform, 2 loaded cores); see `docs/ARCHITECTURE.md` ("Memory
 //! guard").
 
 use pandastack_guest_protocol::OomKill;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Fastest growth of memory use the guard plans for, bytes per ms (2 MiB/ms). Measured here:
@@ -37,9 +41,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const MAX_GROWTH_BYTES_PER_MS: u64 = 2 * 1024 * 1024;
 /// Shortest pause between two looks, ms (near the limit).
 pub const MIN_POLL_MS: u64 = 10;
-/// Longest pause between two looks, ms (far below the limit). A look costs ~0.3 ms of sentry
-/// time (measured): an idle 512 MiB sandbox looks every ~220 ms ([`poll_interval`]), an idle
-/// 1 GiB one every ~440 ms, ~0.07 % of a core (issue 11: idle CPU). The host's headroom
+/// Longest pause between two looks, ms (far below the limit), when the host holds no lease. A
+/// look is a wake-up that costs ~0.5 ms of host CPU under ptrace (measured): an idle 512 MiB
+/// sandbox looks every ~220 ms ([`poll_interval`]), an idle 1 GiB one every ~440 ms, ~0.25 and
+/// ~0.13 % of a core (issue 11: idle CPU; hence [`MemoryGuard::lease`]). The host's headroom
 /// (`pandastack_gvisor::cgroup::headroom_bytes`, 736 MiB at 1 GiB) covers far more than what
 /// an allocation at the planned rate adds between two looks.
 pub const MAX_POLL_MS: u64 = 500;
@@ -70,6 +75,15 @@ pub fn poll_interval(used: u64, threshold: u64) -> Duration {
     Duration::from_millis(ms.clamp(MIN_POLL_MS, MAX_POLL_MS))
 }
 
+/// When a rest that would end at `plain_end` ends at `now` under a lease held `until`: the
+/// later of the two while the lease holds.
+fn rest_end(until: Option<Instant>, now: Instant, plain_end: Instant) -> Instant {
+    match until {
+        Some(u) if u > now => u.max(plain_end),
+        _ => plain_end,
+    }
+}
+
 /// One kill: who, in which process group, when, and what the host is told.
 #[derive(Debug, Clone)]
 struct Kill {
@@ -87,10 +101,26 @@ struct Kills {
     unreported: Vec<OomKill>,
 }
 
-/// The guard's record of its kills; the thread itself is started by [`MemoryGuard::start`].
+/// The host's promise to watch the sandbox's memory from outside (see [`MemoryGuard::lease`]).
+#[derive(Default)]
+struct Lease {
+    /// The guard need not look before this (`None`: it looks as [`poll_interval`] says).
+    until: Option<Instant>,
+    /// Bumped when the host takes its lease back: the guard looks at once.
+    revoked: u64,
+}
+
+/// The longest lease the guard accepts, ms: if the host stops renewing (its server is gone),
+/// the guard looks for itself again after at most this long.
+pub const MAX_LEASE_MS: u64 = 30_000;
+
+/// The guard's record of its kills and the host's lease; the thread itself is started by
+/// [`MemoryGuard::start`].
 #[derive(Default)]
 pub struct MemoryGuard {
     kills: Mutex<Kills>,
+    lease: Mutex<Lease>,
+    lease_changed: Condvar,
 }
 
 impl MemoryGuard {
@@ -135,6 +165,45 @@ impl MemoryGuard {
         self.find(|k| k.pgid == pgid && k.at >= since)
     }
 
+    /// The host's lease on watching this sandbox's memory (issue 11, idle CPU; the host's
+    /// `memory_watch`): `ms` > 0 means the host samples the sandbox's memory cgroup often
+    /// enough to warn before the use can reach the guard's mark, so the guard stops looking
+    /// for `ms` (at most [`MAX_LEASE_MS`]); each look costs an idle sandbox a wake-up under
+    /// ptrace (~0.5 ms of host CPU), 2-4 a second without a lease. `ms` 0 takes the lease
+    /// back: the use is high, and the guard looks at once and then as [`poll_interval`] says.
+    pub fn lease(&self, ms: u64) {
+        let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        if ms == 0 {
+            lease.until = None;
+            lease.revoked += 1;
+            self.lease_changed.notify_all();
+        } else {
+            lease.until = Some(Instant::now() + Duration::from_millis(ms.min(MAX_LEASE_MS)));
+        }
+    }
+
+    /// Sleeps `pause`, and on for as long as the host's lease holds; returns at once when the
+    /// host takes the lease back.
+    fn rest(&self, pause: Duration) {
+        let plain_end = Instant::now() + pause;
+        let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = lease.revoked;
+        loop {
+            if lease.revoked != seen {
+                return;
+            }
+            let now = Instant::now();
+            let end = rest_end(lease.until, now, plain_end);
+            if now >= end {
+                return;
+            }
+            lease = match self.lease_changed.wait_timeout(lease, end - now) {
+                Ok((l, _)) => l,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+
     /// The kills not yet reported to the host, oldest first; each is returned once.
     pub fn take_unreported(&self) -> Vec<OomKill> {
         std::mem::take(&mut self.lock().unreported)
@@ -173,7 +242,7 @@ impl MemoryGuard {
         let mut found_nothing = false;
         let mut pause = Duration::from_millis(MIN_POLL_MS);
         loop {
-            std::thread::sleep(pause);
+            self.rest(pause);
             let Some(mem) = meminfo.read() else {
                 pause = Duration::from_millis(MAX_POLL_MS);
                 continue;
@@ -499,6 +568,50 @@ fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rest_lasts_while_the_lease_holds() {
+        let now = Instant::now();
+        let plain = now + Duration::from_millis(200);
+        assert_eq!(rest_end(None, now, plain), plain);
+        let lease = now + Duration::from_secs(10);
+        assert_eq!(rest_end(Some(lease), now, plain), lease);
+        let short = now + Duration::from_millis(50);
+        assert_eq!(
+            rest_end(Some(short), now, plain),
+            plain,
+            "a lease ending first"
+        );
+        assert_eq!(rest_end(Some(now), now, plain), plain, "an expired lease");
+    }
+
+    #[test]
+    fn the_guard_rests_under_a_lease_and_looks_at_once_when_it_is_taken_back() {
+        let guard = Arc::new(MemoryGuard::default());
+        guard.lease(u64::MAX); // capped at MAX_LEASE_MS
+        let until = guard.lease.lock().unwrap().until.unwrap();
+        assert!(until <= Instant::now() + Duration::from_millis(MAX_LEASE_MS));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let g = Arc::clone(&guard);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            g.rest(Duration::from_millis(10));
+            tx.send(started.elapsed()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "rested only its plain pause under a lease"
+        );
+        guard.lease(0);
+        let rested = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("woke when taken back");
+        assert!(rested < Duration::from_secs(5), "{rested:?}");
+        // Without a lease a rest is its plain pause.
+        let started = Instant::now();
+        guard.rest(Duration::from_millis(20));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
 
     #[test]
     fn meminfo_gives_total_and_use_in_bytes() {

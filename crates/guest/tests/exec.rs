@@ -46,7 +46,11 @@ fn hello_version_and_ping() {
     );
     let id = g.id();
     assert_eq!(
-        g.call(HostMsg::Ping { id })[0].0,
+        g.call(HostMsg::Ping {
+            id,
+            memory_lease_ms: None,
+        })[0]
+            .0,
         GuestMsg::Pong {
             id,
             oom_kills: vec![]
@@ -72,7 +76,11 @@ fn bad_frames_get_invalid_or_are_skipped() {
     g.send_raw(b"not json at all");
     let id = g.id();
     assert_eq!(
-        g.call(HostMsg::Ping { id })[0].0,
+        g.call(HostMsg::Ping {
+            id,
+            memory_lease_ms: None,
+        })[0]
+            .0,
         GuestMsg::Pong {
             id,
             oom_kills: vec![]

@@ -287,7 +287,13 @@ fn a_windowed_read_waits_for_acks_and_stops_when_aborted() {
     // The guest still answers other requests.
     let ping = g.id();
     assert!(matches!(
-        g.call(HostMsg::Ping { id: ping }).last().unwrap().0,
+        g.call(HostMsg::Ping {
+            id: ping,
+            memory_lease_ms: None,
+        })
+        .last()
+        .unwrap()
+        .0,
         GuestMsg::Pong { .. }
     ));
     let _ = std::fs::remove_dir_all(&dir);

@@ -48,6 +48,17 @@ fn read_u64(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// The `memory.usage_in_bytes` file of instance `id`'s memory cgroup (what the host's limit is
+/// compared with), if the cgroup exists.
+pub fn memory_usage_file(id: &str) -> Option<PathBuf> {
+    dir("memory", id).map(|d| d.join("memory.usage_in_bytes"))
+}
+
+/// The number a cgroup file such as [`memory_usage_file`] holds; None when it cannot be read.
+pub fn read_bytes(file: &Path) -> Option<u64> {
+    read_u64(file)
+}
+
 /// RSS (memory.stat `total_rss`, falling back to `memory.usage_in_bytes`) and CPU time
 /// (cpuacct.usage, ns) of the instance's cgroups. Missing files read as zero.
 pub fn stats(id: &str) -> InstanceStats {

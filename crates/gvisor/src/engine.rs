@@ -90,6 +90,9 @@ pub struct GvisorEngine {
     slots: Arc<Mutex<HashMap<InstanceId, (Slot, PathBuf)>>>,
     /// Containers made in advance for restores.
     targets: Arc<Targets>,
+    /// The memory cgroup usage file of each instance [`Engine::memory_used`] was asked about
+    /// (found once: finding it takes several reads).
+    memory_files: Arc<Mutex<HashMap<InstanceId, PathBuf>>>,
     instances_dir: PathBuf,
     volumes_dir: PathBuf,
     volumes: Arc<Volumes>,
@@ -127,6 +130,7 @@ impl GvisorEngine {
             disks: Disks::new(cfg.disks),
             slots: Arc::default(),
             targets: Arc::default(),
+            memory_files: Arc::default(),
             instances_dir: cfg.instances_dir,
             volumes_dir: cfg.volumes_dir,
             volumes,
@@ -530,6 +534,10 @@ impl Engine for GvisorEngine {
         }
         self.stop_and_release(id, dir, true).await;
         cgroup::remove(id);
+        self.memory_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
         // The disk must be unmounted before its directory goes (its image goes with it).
         let owned = dir.to_path_buf();
         let unmounted = tokio::task::spawn_blocking(move || Disks::detach(&owned))
@@ -600,6 +608,35 @@ impl Engine for GvisorEngine {
 
     fn disk_usage(&self, dir: &Path) -> Option<(u64, u64)> {
         Disks::usage(dir)
+    }
+
+    fn memory_used(&self, id: &str) -> Option<u64> {
+        let known = self
+            .memory_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned();
+        let file = match known {
+            Some(f) => f,
+            None => {
+                let f = cgroup::memory_usage_file(id)?;
+                self.memory_files
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id.to_string(), f.clone());
+                f
+            }
+        };
+        let used = cgroup::read_bytes(&file);
+        if used.is_none() {
+            // Gone (or replaced): found again next time.
+            self.memory_files
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(id);
+        }
+        used
     }
 
     async fn stats(&self, id: &str) -> Result<InstanceStats, EngineError> {

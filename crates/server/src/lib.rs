@@ -347,6 +347,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     host.spawn_sweepers();
     host.spawn_health_monitor();
     host.spawn_death_watch();
+    host.spawn_memory_watch();
     host.prepare_template_images();
     cluster.start(&host, cfg.store.clone()).await?;
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;

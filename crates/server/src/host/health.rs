@@ -138,7 +138,11 @@ impl Host {
         }
         let mut ok = match live.probe_conn().await {
             Ok(Some(conn)) => {
-                let ping = conn.call(HostMsg::Ping { id: conn.new_id() });
+                // Renews the memory watch's lease (or keeps it taken back).
+                let ping = conn.call(HostMsg::Ping {
+                    id: conn.new_id(),
+                    memory_lease_ms: live.memory_near(&iid).map(super::memory_watch::lease_ms),
+                });
                 match tokio::time::timeout(PING_TIMEOUT, ping).await {
                     Ok(Ok((GuestMsg::Pong { oom_kills, .. }, _))) => {
                         self.record_oom_kills(live, &oom_kills).await;
@@ -175,7 +179,7 @@ impl Host {
     /// 3): `running` -> `running` with the cause `oom: ` + [`OomKill::describe`] (`oom: killed
     /// <name> (pid N, X MiB resident) when the sandbox used Y of its Z MiB`). The kills come with the guest's `Pong`s, so an
     /// event follows its kill within one probe period ([`PROBE_PERIOD`]).
-    async fn record_oom_kills(&self, live: &super::Live, kills: &[OomKill]) {
+    pub(super) async fn record_oom_kills(&self, live: &super::Live, kills: &[OomKill]) {
         for k in kills {
             let cause = format!("oom: {}", k.describe());
             warn!(sandbox_id = %live.id, process = %k.name, pid = k.pid, rss_bytes = k.rss_bytes, "memory guard killed a process");

@@ -41,6 +41,9 @@ pub struct Live {
     failure: std::sync::Mutex<Option<String>>,
     /// Last CPU sample: (cpu ns, unix ms) and the CPU use between the last two, in percent x100.
     cpu_sample: std::sync::Mutex<(u64, i64, u64)>,
+    /// What the memory watch last found of the instance it names: `(instance id, near)`
+    /// (`super::memory_watch`).
+    memory_near: std::sync::Mutex<Option<(String, bool)>>,
 }
 
 impl Live {
@@ -58,7 +61,36 @@ impl Live {
             failure: Default::default(),
             cpu_sample: Default::default(),
             log: Default::default(),
+            memory_near: Default::default(),
         }
+    }
+
+    /// Whether the memory watch found instance `iid` near its limit; None when it has not
+    /// looked at that instance yet.
+    pub fn memory_near(&self, iid: &str) -> Option<bool> {
+        self.memory_near
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .filter(|(i, _)| i == iid)
+            .map(|(_, near)| *near)
+    }
+
+    /// Forgets the finding on instance `iid` (its guest was not told): found again next round.
+    pub fn forget_memory_near(&self, iid: &str) {
+        let mut m = self.memory_near.lock().unwrap_or_else(|e| e.into_inner());
+        if m.as_ref().is_some_and(|(i, _)| i == iid) {
+            *m = None;
+        }
+    }
+
+    /// Records what the memory watch found of instance `iid`; returns the previous finding
+    /// for it (None: none yet).
+    pub fn set_memory_near(&self, iid: &str, near: bool) -> Option<bool> {
+        let mut m = self.memory_near.lock().unwrap_or_else(|e| e.into_inner());
+        let before = m.as_ref().filter(|(i, _)| i == iid).map(|(_, n)| *n);
+        *m = Some((iid.to_string(), near));
+        before
     }
 
     /// The guest connection of the current instance, connecting (and handshaking) if needed.

@@ -12,6 +12,7 @@ mod hibernate;
 pub mod images;
 mod live;
 pub mod logs;
+pub mod memory_watch;
 pub mod network;
 mod operations;
 mod pause;

@@ -348,6 +348,20 @@ impl Host {
         }
     }
 
+    /// The warm pool's ready instances, for the memory watch: (instance id, memory MiB, guest
+    /// connection).
+    pub(super) fn pooled_guests(&self) -> Vec<(String, u32, GuestConn)> {
+        self.pool
+            .lock()
+            .values()
+            .flat_map(|t| {
+                t.ready
+                    .iter()
+                    .map(|p| (p.spec.instance_id.clone(), p.spec.memory_mb, p.conn.clone()))
+            })
+            .collect()
+    }
+
     /// Instances in each template's pool now, and restores in flight (for `/metrics`).
     pub fn pool_sizes(&self) -> Vec<(String, usize, usize)> {
         self.pool
