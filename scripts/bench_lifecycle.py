@@ -111,6 +111,27 @@ class Floor:
             return ["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /proc/sys/net && exec "$@"', "sh", *base, *args]
         return [*base, *args]
 
+    def _new(self) -> tuple:
+        """A fresh container id, its network namespace (None without networking) and its
+        directory with the bundle; what was made before a failure is removed."""
+        cid = "ps-floor" + uuid.uuid4().hex[:27]
+        name = f"psfloor-{cid[-8:]}"
+        try:
+            netns = self._netns(name)
+            return cid, netns, self._bundle(cid, netns)
+        except BaseException:
+            # A no-op for what was not made.
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            shutil.rmtree(self.work / cid, ignore_errors=True)
+            raise
+
+    def _remove(self, cid: str, netns: Optional[str], d: Path) -> None:
+        """Removes what `_new` made and the container runsc made of it."""
+        subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
+        if netns:
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
     def restore(self, image: Path, precreate: bool) -> float:
         """ms from starting `runsc restore` to the guest's handshake answer."""
         return self.restore_many(image, 1, precreate)
@@ -123,16 +144,7 @@ class Floor:
         procs: List[subprocess.Popen] = []
         try:
             for _ in range(n):
-                cid = "ps-floor" + uuid.uuid4().hex[:27]
-                name = f"psfloor-{cid[-8:]}"
-                try:
-                    netns = self._netns(name)
-                    d = self._bundle(cid, netns)
-                except BaseException:
-                    # Made before it could be recorded: removed here (a no-op when absent).
-                    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-                    shutil.rmtree(self.work / cid, ignore_errors=True)
-                    raise
+                cid, netns, d = self._new()
                 host, guest = socket.socketpair()
                 made.append((cid, netns, d, host, guest))
                 if precreate:
@@ -166,12 +178,9 @@ class Floor:
             return took
         finally:
             for cid, netns, d, host, guest in made:
-                subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
-                if netns:
-                    subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+                self._remove(cid, netns, d)
                 host.close()
                 guest.close()
-                shutil.rmtree(d, ignore_errors=True)
             for proc in procs:
                 try:
                     proc.wait(timeout=10)
@@ -181,14 +190,10 @@ class Floor:
     def exec_floor(self, image: Path, runs: int) -> List[float]:
         """ms of each of `runs` exec `true` straight over the guest channel of a copy of
         `image` restored here (the guest's spawn under ptrace, without HTTP and the server)."""
-        cid = "ps-floor" + uuid.uuid4().hex[:27]
-        name = f"psfloor-{cid[-8:]}"
+        cid, netns, d = self._new()
         host, guest = socket.socketpair()
-        d: Optional[Path] = None
         proc: Optional[subprocess.Popen] = None
         try:
-            netns = self._netns(name)
-            d = self._bundle(cid, netns)
             proc = subprocess.Popen(
                 self._runsc(d, "restore", f"--image-path={image}", f"--bundle={d / 'bundle'}", cid),
                 stdin=guest.fileno(), stdout=guest.fileno(), stderr=subprocess.DEVNULL)
@@ -207,12 +212,9 @@ class Floor:
                 run()
             return [timed(run) for _ in range(runs)]
         finally:
-            subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            self._remove(cid, netns, d)
             host.close()
             guest.close()
-            if d:
-                shutil.rmtree(d, ignore_errors=True)
             if proc:
                 try:
                     proc.wait(timeout=10)
@@ -228,15 +230,7 @@ class Floor:
         procs: List[subprocess.Popen] = []
         try:
             for _ in range(n):
-                cid = "ps-floor" + uuid.uuid4().hex[:27]
-                name = f"psfloor-{cid[-8:]}"
-                try:
-                    netns = self._netns(name)
-                    d = self._bundle(cid, netns)
-                except BaseException:
-                    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-                    shutil.rmtree(self.work / cid, ignore_errors=True)
-                    raise
+                cid, netns, d = self._new()
                 host, guest = socket.socketpair()
                 made.append((cid, netns, d, host))
                 if image is None:
@@ -271,11 +265,8 @@ class Floor:
             return (c1 - c0) / 1e9 / (t1 - t0) / n * 100
         finally:
             for cid, netns, d, host in made:
-                subprocess.run(["runsc", f"--root={self.root}", "delete", "-force", cid], capture_output=True)
-                if netns:
-                    subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+                self._remove(cid, netns, d)
                 host.close()
-                shutil.rmtree(d, ignore_errors=True)
             for proc in procs:
                 try:
                     proc.wait(timeout=10)
