@@ -17,8 +17,9 @@ Prints markdown tables (P50/P99 ms over --runs runs, default 30) of:
     answers its handshake; and each figure's ratio to the floor it is made of;
   - density: --density idle code-interpreter sandboxes (stopping early when MemAvailable falls
     under 4 GiB): host memory per idle sandbox (MemAvailable drop / N), exec P50/P99 across them,
-    idle CPU per sandbox over 20 s, and its floors: 3 runsc sandboxes running only `sleep`, and 3
-    copies of the image restored by runsc alone.
+    idle CPU per sandbox over 20 s, and its floors (CPU and memory each): 3 runsc sandboxes
+    running only `sleep`, and 10 copies of the code-interpreter template image restored by runsc
+    alone.
 
 Runs against $PANDASTACK_API with $PANDASTACK_API_KEY; --data-dir is that server's data dir (the
 floor reads its store and runsc root; nothing there is changed). Needs root (runsc, ip).
@@ -221,14 +222,17 @@ class Floor:
                 except Exception:  # noqa: BLE001
                     pass
 
-    def idle_cpu(self, image: Optional[Path], n: int = 3, seconds: float = 20.0) -> float:
-        """% of a core each of `n` idle sandboxes uses over `seconds` (cpuacct of their
-        cgroups): copies of `image` restored here (our guest daemon and kernel, no server
-        talking to them), or with `image` None fresh runsc sandboxes of the same bundle running
-        only `sleep` (gVisor's own idle cost)."""
+    def idle(self, image: Optional[Path], n: int = 3, seconds: float = 20.0) -> tuple:
+        """(% of a core, host MiB) each of `n` idle sandboxes costs: CPU over `seconds`
+        (cpuacct of their cgroups), memory as the MemAvailable drop / `n` once they are all up
+        and settled. The sandboxes are copies of `image` restored here (our guest daemon and
+        kernel, no server talking to them), or with `image` None fresh runsc sandboxes of the
+        same bundle running only `sleep` (gVisor's own idle cost)."""
         made = []  # (cid, netns, dir, host socket)
         procs: List[subprocess.Popen] = []
         try:
+            time.sleep(3)
+            before = mem_available()
             for _ in range(n):
                 cid, netns, d = self._new()
                 host, guest = socket.socketpair()
@@ -259,10 +263,11 @@ class Floor:
                 return total
 
             time.sleep(5)  # past start-up
+            mib = (before - mem_available()) / n / 2**20
             c0, t0 = usage(), time.perf_counter()
             time.sleep(seconds)
             c1, t1 = usage(), time.perf_counter()
-            return (c1 - c0) / 1e9 / (t1 - t0) / n * 100
+            return (c1 - c0) / 1e9 / (t1 - t0) / n * 100, mib
         finally:
             for cid, netns, d, host in made:
                 self._remove(cid, netns, d)
@@ -305,6 +310,30 @@ def settle(limit_s: float = 90.0, quiet_s: float = 3.0) -> None:
             return
         time.sleep(0.5)
     print("bench: the server did not settle", file=sys.stderr)
+
+
+def template_image(data_dir: Path, template: str) -> Path:
+    """The newest ready checkpoint of `template`'s template image in the server's data dir
+    (what its creates restore)."""
+    ready = [p.parent for p in (data_dir / "template-images" / template).glob("*/ready")]
+    if not ready:
+        raise RuntimeError(f"no ready template image of {template} under {data_dir}")
+    return max(ready, key=lambda p: p.stat().st_mtime)
+
+
+def made_ahead() -> tuple:
+    """(warm-pool instances ready, restore targets) of the server now, from /metrics."""
+    import requests
+
+    text = requests.get(f"{os.environ['PANDASTACK_API']}/metrics",
+                        headers={"Authorization": f"Bearer {os.environ['PANDASTACK_API_KEY']}"}, timeout=30).text
+    pooled, targets = 0.0, 0.0
+    for line in text.splitlines():
+        if line.startswith("pandastack_pool_instances{") and 'state="ready"' in line:
+            pooled += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("pandastack_restore_targets "):
+            targets = float(line.rsplit(" ", 1)[1])
+    return int(pooled), int(targets)
 
 
 def instance_of(data_dir: Path, sandbox_id: str) -> tuple[str, Path]:
@@ -358,7 +387,7 @@ def main() -> int:
 
     warm = Sandbox.create(template="code-interpreter", ttl_seconds=3600)
     floor = None
-    idle_floor: Dict[str, float] = {}
+    idle_floor: Dict[str, tuple] = {}  # what -> (% of a core, MiB) per idle sandbox
     try:
         ctx = warm.create_code_context()
         ctx.run_code("import pandas as pd, numpy as np; df = pd.DataFrame({'a': np.arange(100000)})")
@@ -433,8 +462,11 @@ def main() -> int:
             if i % 3 == 0:
                 add("floor: 8 restores at once onto created containers", floor.restore_many(image, 8))
         results["floor: exec `true` over the guest channel"] = floor.exec_floor(image, 50)
-        idle_floor["runsc running only `sleep`"] = floor.idle_cpu(None)
-        idle_floor["this image restored by runsc alone (no server)"] = floor.idle_cpu(image)
+        idle_floor["runsc running only `sleep`"] = floor.idle(None)
+        # The image density's sandboxes are restored from, by runsc alone: 10 copies, so the
+        # MemAvailable drop is well above its noise.
+        idle_floor["the code-interpreter template image restored by runsc alone (no server)"] = floor.idle(
+            template_image(data_dir, "code-interpreter"), n=10)
     finally:
         for sb in made:
             try:
@@ -463,7 +495,8 @@ def main() -> int:
     notes: List[str] = []
     if a.density:
         print("bench: density", file=sys.stderr)
-        time.sleep(5)
+        settle()
+        ahead_before = made_ahead()
         before = mem_available()
         idle: List[Sandbox] = []
         try:
@@ -477,8 +510,12 @@ def main() -> int:
                         raise
                     print(f"bench: density stops at {len(idle)}: {e}", file=sys.stderr)
                     break
-            time.sleep(10)
+            # The create burst raised the warm pool and the restore targets: wait for their
+            # refills, and report the stock on both sides of the drop.
+            settle()
+            time.sleep(5)
             after = mem_available()
+            ahead_after = made_ahead()
             per = (before - after) / len(idle)
             density_rows.append((f"exec `true` with {len(idle)} idle sandboxes", [timed(lambda s=s: s.exec("true")) for s in idle]))
             key = os.environ["PANDASTACK_API_KEY"]
@@ -496,10 +533,14 @@ def main() -> int:
             time.sleep(20)
             c1, t1 = cpu(), time.perf_counter()
             idle_pct = (c1 - c0) / 1e9 / (t1 - t0) / len(idle) * 100
-            floor_text = "; ".join(f"{k} {v:.3f} %" for k, v in idle_floor.items())
+            floor_text = "; ".join(f"{k}: {c:.3f} % and {m:.0f} MiB" for k, (c, m) in idle_floor.items())
+            mem_floor = [m for k, (_, m) in idle_floor.items() if "template image" in k]
+            ratio = f" ({per / 2**20 / mem_floor[0]:.2f}x its floor)" if mem_floor else ""
             notes.append(f"density: {len(idle)} idle `code-interpreter` sandboxes, host memory "
-                         f"{per / 2**20:.0f} MiB each (MemAvailable drop / N), idle CPU {idle_pct:.3f} % of a core each "
-                         f"(floor, 3 idle sandboxes over 20 s: {floor_text})")
+                         f"{per / 2**20:.0f} MiB each{ratio} (MemAvailable drop / N; warm-pool instances and "
+                         f"restore targets {ahead_before[0]} and {ahead_before[1]} before, {ahead_after[0]} and "
+                         f"{ahead_after[1]} after), idle CPU {idle_pct:.3f} % of a core each. Floors, each idle "
+                         f"sandbox over 20 s (CPU) and MemAvailable drop / N (memory): {floor_text}")
         finally:
             for s in idle:
                 try:
