@@ -312,6 +312,14 @@ def settle(limit_s: float = 90.0, quiet_s: float = 3.0) -> None:
     print("bench: the server did not settle", file=sys.stderr)
 
 
+def host_busy_s() -> float:
+    """Seconds of CPU the whole host has spent busy since boot (/proc/stat: every state but
+    idle and iowait, all cores)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def template_image(data_dir: Path, template: str) -> Path:
     """The newest ready checkpoint of `template`'s template image in the server's data dir
     (what its creates restore)."""
@@ -530,16 +538,20 @@ def main() -> int:
                 return total
 
             c0, t0 = cpu(), time.perf_counter()
+            h0 = host_busy_s()
             time.sleep(20)
+            h1 = host_busy_s()
             c1, t1 = cpu(), time.perf_counter()
             idle_pct = (c1 - c0) / 1e9 / (t1 - t0) / len(idle) * 100
+            host_pct = (h1 - h0) / (t1 - t0) / len(idle) * 100
             floor_text = "; ".join(f"{k}: {c:.3f} % and {m:.0f} MiB" for k, (c, m) in idle_floor.items())
             mem_floor = [m for k, (_, m) in idle_floor.items() if "template image" in k]
             ratio = f" ({per / 2**20 / mem_floor[0]:.2f}x its floor)" if mem_floor else ""
             notes.append(f"density: {len(idle)} idle `code-interpreter` sandboxes, host memory "
                          f"{per / 2**20:.0f} MiB each{ratio} (MemAvailable drop / N; warm-pool instances and "
                          f"restore targets {ahead_before[0]} and {ahead_before[1]} before, {ahead_after[0]} and "
-                         f"{ahead_after[1]} after), idle CPU {idle_pct:.3f} % of a core each. Floors, each idle "
+                         f"{ahead_after[1]} after), idle CPU {idle_pct:.3f} % of a core each in its own cgroup, "
+                         f"{host_pct:.3f} % counting the whole host (server, shims, targets and pool included) / N. Floors, each idle "
                          f"sandbox over 20 s (CPU) and MemAvailable drop / N (memory): {floor_text}")
         finally:
             for s in idle:
