@@ -288,22 +288,33 @@ class Floor:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+def stock() -> tuple:
+    """(warm-pool instances ready, warm-pool restores in flight, restore targets) of the server
+    now, summed over templates, from its /metrics."""
+    import requests
+
+    text = requests.get(f"{os.environ['PANDASTACK_API']}/metrics",
+                        headers={"Authorization": f"Bearer {os.environ['PANDASTACK_API_KEY']}"}, timeout=30).text
+    ready, in_flight, targets = 0.0, 0.0, 0.0
+    for line in text.splitlines():
+        if line.startswith("pandastack_pool_instances{"):
+            value = float(line.rsplit(" ", 1)[1])
+            if 'state="ready"' in line:
+                ready += value
+            elif 'state="in_flight"' in line:
+                in_flight += value
+        elif line.startswith("pandastack_restore_targets "):
+            targets = float(line.rsplit(" ", 1)[1])
+    return int(ready), int(in_flight), int(targets)
+
+
 def settle(limit_s: float = 90.0, quiet_s: float = 3.0) -> None:
     """Waits until the server has stopped making things ahead of time (no warm-pool restore in
     flight, the restore-target count unchanged for `quiet_s`), so the next rows do not share
     the cores with refills a burst started. Gives up after `limit_s`."""
-    import requests
-
-    url = f"{os.environ['PANDASTACK_API']}/metrics"
-    headers = {"Authorization": f"Bearer {os.environ['PANDASTACK_API_KEY']}"}
     deadline, last, since = time.monotonic() + limit_s, None, time.monotonic()
     while time.monotonic() < deadline:
-        in_flight, targets = 0.0, None
-        for line in requests.get(url, headers=headers, timeout=30).text.splitlines():
-            if line.startswith("pandastack_pool_instances{") and 'state="in_flight"' in line:
-                in_flight += float(line.rsplit(" ", 1)[1])
-            elif line.startswith("pandastack_restore_targets "):
-                targets = float(line.rsplit(" ", 1)[1])
+        _, in_flight, targets = stock()
         state = (in_flight, targets)
         if state != last:
             last, since = state, time.monotonic()
@@ -348,21 +359,6 @@ def template_image(data_dir: Path, template: str) -> Path:
     if not ready:
         raise RuntimeError(f"no ready template image of {template} under {data_dir}")
     return max(ready, key=lambda p: p.stat().st_mtime)
-
-
-def made_ahead() -> tuple:
-    """(warm-pool instances ready, restore targets) of the server now, from /metrics."""
-    import requests
-
-    text = requests.get(f"{os.environ['PANDASTACK_API']}/metrics",
-                        headers={"Authorization": f"Bearer {os.environ['PANDASTACK_API_KEY']}"}, timeout=30).text
-    pooled, targets = 0.0, 0.0
-    for line in text.splitlines():
-        if line.startswith("pandastack_pool_instances{") and 'state="ready"' in line:
-            pooled += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("pandastack_restore_targets "):
-            targets = float(line.rsplit(" ", 1)[1])
-    return int(pooled), int(targets)
 
 
 def instance_of(data_dir: Path, sandbox_id: str) -> tuple[str, Path]:
@@ -536,7 +532,7 @@ def main() -> int:
     if a.density:
         print("bench: density", file=sys.stderr)
         settle()
-        ahead_before = made_ahead()
+        ahead_before = stock()
         before = mem_available()
         idle: List[Sandbox] = []
         try:
@@ -555,7 +551,7 @@ def main() -> int:
             settle()
             time.sleep(5)
             after = mem_available()
-            ahead_after = made_ahead()
+            ahead_after = stock()
             per = (before - after) / len(idle)
             density_rows.append((f"exec `true` with {len(idle)} idle sandboxes", [timed(lambda s=s: s.exec("true")) for s in idle]))
             key = os.environ["PANDASTACK_API_KEY"]
@@ -583,8 +579,8 @@ def main() -> int:
             ratio = f" ({per / 2**20 / mem_floor[0]:.2f}x its floor)" if mem_floor else ""
             notes.append(f"density: {len(idle)} idle `code-interpreter` sandboxes, host memory "
                          f"{per / 2**20:.0f} MiB each{ratio} (MemAvailable drop / N; warm-pool instances and "
-                         f"restore targets {ahead_before[0]} and {ahead_before[1]} before, {ahead_after[0]} and "
-                         f"{ahead_after[1]} after), idle CPU {idle_pct:.3f} % of a core each in its own cgroup, "
+                         f"restore targets {ahead_before[0]} and {ahead_before[2]} before, {ahead_after[0]} and "
+                         f"{ahead_after[2]} after), idle CPU {idle_pct:.3f} % of a core each in its own cgroup, "
                          f"{host_pct:.3f} % counting every process of ours on the host (server, shims, warm pool and restore "
                          f"targets included) / N. Floors, each idle "
                          f"sandbox over 20 s (CPU) and MemAvailable drop / N (memory): {floor_text}")
@@ -602,8 +598,9 @@ def main() -> int:
     if density_rows:
         print()
         print(table(density_rows))
-    print(f"\ncreate burst: {per_create_ms:.0f} ms of host CPU per create (its refill restore, the restore "
-          f"target that used, the teardown of its kill, client and server), so {os.cpu_count()} cores sustain at "
+    print(f"\ncreate burst: {per_create_ms:.0f} ms of host CPU per create (the whole host's busy time over the "
+          f"burst and its settle / 50: its refill restore, the restore target that used, the teardown of its kill, "
+          f"client, server and the machine's own processes), so {os.cpu_count()} cores sustain at "
           f"most {os.cpu_count() * 1000 / per_create_ms:.1f} creates per second once the warm pool's stock is spent")
     for n in notes:
         print(f"\n{n}")
