@@ -7,6 +7,8 @@ use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+mod database_flags;
+
 #[derive(Parser)]
 #[command(
     name = "pandastack",
@@ -174,28 +176,8 @@ struct ServerArgs {
     /// Template builds run at once (each RUN step is a sandbox; builds are CPU-heavy).
     #[arg(long, env = "PANDASTACK_BUILD_CONCURRENCY", default_value_t = 1)]
     build_concurrency: usize,
-    /// Seconds without a connection after which a database that is not always_on is stopped
-    /// (the next connection starts it again).
-    #[arg(
-        long,
-        env = "PANDASTACK_DATABASE_IDLE_STOP_SECONDS",
-        default_value_t = 600
-    )]
-    database_idle_stop_seconds: u64,
-    /// TCP ports given to databases (FIRST-LAST), on 127.0.0.1 and the sandboxes' gateway.
-    #[arg(long, env = "PANDASTACK_DATABASE_PORTS", default_value = "15432-16431", value_parser = parse_port_range)]
-    database_ports: std::ops::RangeInclusive<u16>,
-    /// fsync of the database clusters: `off` loses committed transactions on a host crash
-    /// (tests only).
-    #[arg(long, env = "PANDASTACK_DATABASE_FSYNC", default_value = "on", value_parser = ["on", "off"])]
-    database_fsync: String,
-    /// Directory of PostgreSQL's programs (postgres, initdb, pg_basebackup).
-    #[arg(
-        long,
-        env = "PANDASTACK_POSTGRES_BIN",
-        default_value = "/usr/lib/postgresql/15/bin"
-    )]
-    postgres_bin: PathBuf,
+    #[command(flatten)]
+    databases: database_flags::DatabaseFlags,
     /// Volumes one workspace may have; past it volume creates answer 429.
     #[arg(long, env = "PANDASTACK_WORKSPACE_MAX_VOLUMES", default_value_t = 20)]
     workspace_max_volumes: usize,
@@ -206,25 +188,6 @@ struct ServerArgs {
         default_value_t = 100.0
     )]
     workspace_max_volume_gb: f64,
-}
-
-/// `FIRST-LAST` with FIRST <= LAST, both non-zero ports.
-fn parse_port_range(s: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
-    let (a, b) = s
-        .split_once('-')
-        .ok_or_else(|| format!("'{s}' is not FIRST-LAST"))?;
-    let (a, b): (u16, u16) = (
-        a.trim()
-            .parse()
-            .map_err(|_| format!("'{a}' is not a port"))?,
-        b.trim()
-            .parse()
-            .map_err(|_| format!("'{b}' is not a port"))?,
-    );
-    if a == 0 || a > b {
-        return Err(format!("'{s}': FIRST must be between 1 and LAST"));
-    }
-    Ok(a..=b)
 }
 
 #[derive(Args)]
@@ -392,12 +355,7 @@ fn main() -> Result<()> {
                     concurrency: a.build_concurrency.max(1),
                     ..Default::default()
                 },
-                databases: pandastack_server::databases::DatabaseSettings {
-                    idle_stop_seconds: a.database_idle_stop_seconds,
-                    ports: a.database_ports,
-                    fsync: a.database_fsync == "on",
-                    postgres_bin: a.postgres_bin,
-                },
+                databases: a.databases.settings(),
                 volume_limits: pandastack_server::host::VolumeLimits {
                     workspace_max_volumes: a.workspace_max_volumes,
                     workspace_max_volume_mb: (a.workspace_max_volume_gb * 1024.0) as u64,

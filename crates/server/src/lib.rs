@@ -194,15 +194,10 @@ impl CapacitySettings {
                 "--memory-overcommit must be > 0 and --disk-reserve-percent in [0, 100)".into(),
             ));
         }
-        let meminfo = std::fs::read_to_string("/proc/meminfo")?;
-        let total_kib: u64 = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .ok_or_else(|| StartError::Config("no MemTotal in /proc/meminfo".into()))?;
+        let total_mb = host::host_memory_mb()?;
         Ok(host::Limits {
             max_sandboxes: self.max_sandboxes,
-            max_memory_mb: ((total_kib / 1024) as f64 * self.memory_overcommit) as u64,
+            max_memory_mb: (total_mb as f64 * self.memory_overcommit) as u64,
             workspace_max_sandboxes: self.workspace_max_sandboxes,
             workspace_max_snapshot_bytes: (self.workspace_max_snapshot_gb * (1u64 << 30) as f64)
                 as u64,

@@ -138,7 +138,8 @@ impl Databases {
         self.host.check_disk_reserve(what, need_bytes)
     }
 
-    /// Writes the row of a new database, opens its port and returns it (`provisioning`).
+    /// Admits a new database ([`quota`](super::quota)), writes its row, opens its port and
+    /// returns it (`provisioning`).
     async fn admit_new(
         self: &Arc<Self>,
         workspace_id: &str,
@@ -146,6 +147,8 @@ impl Databases {
         names: (String, String),
         cloned_from: Option<String>,
     ) -> Result<Arc<LiveDb>, ApiError> {
+        // Held until the row counts (`provisioning`) and holds its port.
+        let _admitted = self.admit_creation(workspace_id, new.tier).await?;
         let id = uuid::Uuid::new_v4().to_string();
         let seal = |pw: String| {
             self.sealer
@@ -188,7 +191,9 @@ impl Databases {
     /// `POST /v1/databases`: a new database, provisioned in the background.
     ///
     /// # Errors
-    /// 503 without PostgreSQL or a free port; 507 below the disk reserve; store errors.
+    /// 429 at the workspace's database count or port share; 503 without PostgreSQL or a free
+    /// port, or (with `Retry-After: 10`) when its memory does not fit; 507 below the disk
+    /// reserve; store errors.
     pub async fn create(
         self: &Arc<Self>,
         workspace_id: &str,
@@ -240,7 +245,8 @@ impl Databases {
     /// # Errors
     /// 400 for `target_time` (point-in-time clones need archived WAL, which this server does
     /// not keep) and bad fields; 409 when the source is provisioning or failed; 507 when the
-    /// copy (the source's bytes on the host disk) would eat into the disk reserve.
+    /// copy (the source's bytes on the host disk) would eat into the disk reserve; 429 and 503
+    /// as [`Databases::create`].
     pub async fn clone_database(
         self: &Arc<Self>,
         source: &Arc<LiveDb>,

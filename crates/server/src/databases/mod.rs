@@ -14,13 +14,15 @@
 //! database that is not `always_on` is stopped cleanly ([`power`]).
 //!
 //! Lifecycle: [`create`] (new and clone), [`manage`] (credentials, update, delete),
-//! [`recover`] (start-up reconciliation and graceful stop). States: [`state`].
+//! [`recover`] (start-up reconciliation and graceful stop). States: [`state`]. Limits (count,
+//! port share, memory admission with the sandboxes'): [`quota`].
 
 pub mod admission;
 pub mod create;
 pub mod live;
 pub mod manage;
 pub mod power;
+pub mod quota;
 pub mod recover;
 pub mod state;
 
@@ -54,6 +56,8 @@ pub struct DatabaseSettings {
     pub fsync: bool,
     /// PostgreSQL's programs (`postgres`, `initdb`, `pg_basebackup`).
     pub postgres_bin: PathBuf,
+    /// Count, port share and memory of databases (issue 23 finding 7).
+    pub limits: quota::DatabaseLimits,
 }
 
 /// The failover answer of every database: one host has no standby.
@@ -77,15 +81,19 @@ pub struct Databases {
     tasks: tokio_util::task::TaskTracker,
     /// `postgresql-<major>`, the `template` field of every database.
     engine_name: String,
+    /// Admissions in progress and the memory budget ([`quota`]).
+    quota: quota::Quota,
 }
 
 impl Databases {
     /// Sets up databases for `host`: the key that seals passwords (`<data_dir>/database.key`),
     /// the front end's addresses (loopback, and the host service address when sandboxes have
-    /// a network). Call [`Databases::recover`] before serving.
+    /// a network), the memory budget; counts the databases' memory in `host`'s admissions.
+    /// Call [`Databases::recover`] before serving.
     ///
     /// # Errors
-    /// The key file cannot be read or made; the engine refuses the host service address.
+    /// The key file cannot be read or made; the engine refuses the host service address;
+    /// `/proc/meminfo` cannot be read (no `--database-memory-gb`).
     pub async fn new(host: Arc<Host>, settings: DatabaseSettings) -> Result<Arc<Self>, String> {
         let data_dir = host.cfg.data_dir.clone();
         let sealer = Sealer::load_or_create(&data_dir.join("database.key"))
@@ -115,7 +123,11 @@ impl Databases {
             .filter(|v| v.chars().all(|c| c.is_ascii_digit()))
             .map(|v| format!("postgresql-{v}"))
             .unwrap_or_else(|| "postgresql".into());
-        Ok(Arc::new(Databases {
+        let memory_mb = match settings.limits.memory_mb {
+            Some(mb) => mb,
+            None => crate::host::host_memory_mb().map_err(|e| format!("host memory: {e}"))?,
+        };
+        let dbs = Arc::new(Databases {
             frontend: FrontEnd::new(addrs, settings.ports.clone()),
             url_host: service_addr.unwrap_or(Ipv4Addr::LOCALHOST),
             host,
@@ -127,7 +139,12 @@ impl Databases {
             ports_lock: tokio::sync::Mutex::new(()),
             tasks: tokio_util::task::TaskTracker::new(),
             engine_name,
-        }))
+            quota: quota::Quota::new(memory_mb),
+        });
+        let weak = Arc::downgrade(&dbs);
+        let commitment: std::sync::Weak<dyn crate::host::MemoryCommitment> = weak;
+        dbs.host.count_memory_of(commitment);
+        Ok(dbs)
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LiveDb>>> {

@@ -18,7 +18,9 @@ impl Databases {
     /// Returns once it accepts connections.
     ///
     /// # Errors
-    /// 409 while provisioning or when failed; 404 once deleted; 500 when it does not start.
+    /// 409 while provisioning or when failed; 404 once deleted; 503 with `Retry-After: 10`
+    /// when its memory does not fit the host now ([`quota`](super::quota)); 500 when it does
+    /// not start.
     pub async fn ensure_running(&self, db: &Arc<LiveDb>, cause: &str) -> Result<(), ApiError> {
         {
             let _shared = db.lifecycle.read().await;
@@ -61,6 +63,10 @@ impl Databases {
             }
         }
         let spec = self.run_spec(&db.snapshot());
+        // Held until the state says `running` (which counts it) or the start failed.
+        let _memory = self
+            .admit_memory(&format!("database {} ({})", db.id, spec.tier), spec.tier)
+            .await?;
         let started = std::time::Instant::now();
         let up = async {
             db.dirs.storage().mount().await?;

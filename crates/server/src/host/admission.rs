@@ -6,6 +6,9 @@
 //!   `max_sandboxes` and their committed memory (each instance's memory limit) against the
 //!   memory budget; past either the answer is 503 with `Retry-After`, which the Python SDK
 //!   retries on creates (contract §1.4). The admitted start holds its share until it ends.
+//!   The databases' clusters commit memory in the same budget (issue 23 finding 7): their
+//!   memory limits count through [`MemoryCommitment`], and a database start asks
+//!   [`Host::admit_memory`].
 //! - **Workspace quotas**: the sandboxes a workspace keeps (any state but deleted and failed)
 //!   and the bytes of its snapshots; past either the answer is 429 naming the quota, without
 //!   `Retry-After` (waiting does not lift a quota).
@@ -17,7 +20,7 @@ use super::Host;
 use crate::error::ApiError;
 use crate::state::SandboxState;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// Seconds a client is told to wait before retrying a create refused for capacity.
 pub const RETRY_AFTER_S: u64 = 2;
@@ -40,12 +43,21 @@ pub struct Limits {
     pub disk_reserve_max_bytes: u64,
 }
 
+/// Memory this host holds for something other than sandboxes, counted in the sandboxes'
+/// budget (issue 23 finding 7: the databases' clusters).
+pub trait MemoryCommitment: Send + Sync {
+    /// The memory limits of what runs now, MiB.
+    fn committed_mb(&self) -> u64;
+}
+
 /// Starts admitted and not yet finished: (instances, MiB).
 #[derive(Debug, Default)]
 pub struct Reserved {
     inner: Mutex<(usize, u64)>,
     /// Serialises admissions, so two of them never both take the last room.
     admitting: tokio::sync::Mutex<()>,
+    /// The databases' memory ([`Host::count_memory_of`]); weak, so it ends with them.
+    others: OnceLock<Weak<dyn MemoryCommitment>>,
 }
 
 /// An admitted start: its share of the host stays reserved until this is dropped (by then the
@@ -93,6 +105,21 @@ fn disk_space(path: &Path) -> std::io::Result<(u64, u64)> {
     Ok((st.f_bavail * frag, st.f_blocks * frag))
 }
 
+/// This host's memory, MiB (`MemTotal` of `/proc/meminfo`): the base of the memory budget
+/// (`--memory-overcommit`) and the databases' default budget (`--database-memory-gb`).
+///
+/// # Errors
+/// `/proc/meminfo` cannot be read or has no `MemTotal`.
+pub fn host_memory_mb() -> std::io::Result<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib / 1024)
+        .ok_or_else(|| std::io::Error::other("no MemTotal in /proc/meminfo"))
+}
+
 fn gib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
 }
@@ -136,7 +163,7 @@ impl Host {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         instances += pooled + starting;
-        committed += pooled_mb + starting_mb;
+        committed += pooled_mb + starting_mb + self.others_mb();
         if new_sandboxes && self.cfg.cluster {
             // The quota is the workspace's across the cluster: the other hosts' sandboxes are
             // in the shared store (issue 12).
@@ -165,30 +192,52 @@ impl Host {
         if committed + asked > limits.max_memory_mb {
             return Err(ApiError::Busy {
                 message: format!(
-                    "host at capacity: {committed} of {} MiB of sandbox memory committed, {asked} MiB asked; retry later",
+                    "host at capacity: {committed} of {} MiB of memory committed (sandboxes and databases), {asked} MiB asked; retry later",
                     limits.max_memory_mb
                 ),
                 retry_after_s: RETRY_AFTER_S,
             });
         }
+        Ok(self.reserve(count, asked))
+    }
+
+    /// Holds `count` instances and `memory_mb` MiB as starting until the result is dropped;
+    /// the caller holds `reserved.admitting`.
+    fn reserve(&self, count: usize, memory_mb: u64) -> Admitted {
         let mut r = self
             .reserved
             .inner
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         r.0 += count;
-        r.1 += asked;
-        Ok(Admitted {
+        r.1 += memory_mb;
+        Admitted {
             reserved: self.reserved.clone(),
             count,
-            memory_mb: asked,
-        })
+            memory_mb,
+        }
     }
 
-    /// True when one more instance of `memory_mb` fits the host (for the warm pool, which
-    /// never takes the last room from creates).
-    pub(super) async fn has_room_for(&self, memory_mb: u32) -> bool {
-        let limits = &self.cfg.limits;
+    /// Counts `other`'s memory in every admission, [`Host::has_room_for`] and [`Host::load`]
+    /// from now on (issue 23 finding 7: the databases register themselves once at start).
+    pub fn count_memory_of(&self, other: Weak<dyn MemoryCommitment>) {
+        if self.reserved.others.set(other).is_err() {
+            tracing::warn!("a second memory commitment was not registered");
+        }
+    }
+
+    /// MiB committed by what registered through [`Host::count_memory_of`].
+    fn others_mb(&self) -> u64 {
+        self.reserved
+            .others
+            .get()
+            .and_then(Weak::upgrade)
+            .map_or(0, |o| o.committed_mb())
+    }
+
+    /// Instances holding memory and their committed MiB now: running and paused sandboxes,
+    /// warm-pool instances, starts admitted and not finished, and the databases (no instances).
+    async fn commitment(&self) -> (usize, u64) {
         let (mut instances, mut committed) = self.pool_commitment();
         for live in self.all() {
             let r = live.row.lock().await;
@@ -205,8 +254,46 @@ impl Host {
             .inner
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        instances + starting < limits.max_sandboxes
-            && committed + starting_mb + committed_mb(memory_mb) <= limits.max_memory_mb
+        (
+            instances + starting,
+            committed + starting_mb + self.others_mb(),
+        )
+    }
+
+    /// Admits `memory_mb` MiB that no sandbox holds (a database's cluster, issue 23 finding 7)
+    /// against the sandboxes' memory budget, reserving it until the returned [`Admitted`] is
+    /// dropped (by then it counts through [`MemoryCommitment`], or its start failed). `what`
+    /// names it in the refusal (`a new 1g database`).
+    ///
+    /// # Errors
+    /// 503 with `Retry-After: retry_after_s` when it does not fit.
+    pub async fn admit_memory(
+        &self,
+        what: &str,
+        memory_mb: u64,
+        retry_after_s: u64,
+    ) -> Result<Admitted, ApiError> {
+        let _one_at_a_time = self.reserved.admitting.lock().await;
+        let (_, committed) = self.commitment().await;
+        let max = self.cfg.limits.max_memory_mb;
+        if committed + memory_mb > max {
+            return Err(ApiError::Busy {
+                message: format!(
+                    "host at capacity: {what} needs {memory_mb} MiB of memory and {committed} of {max} MiB are committed (sandboxes and databases); retry later"
+                ),
+                retry_after_s,
+            });
+        }
+        Ok(self.reserve(0, memory_mb))
+    }
+
+    /// True when one more instance of `memory_mb` fits the host (for the warm pool, which
+    /// never takes the last room from creates).
+    pub(super) async fn has_room_for(&self, memory_mb: u32) -> bool {
+        let limits = &self.cfg.limits;
+        let (instances, committed) = self.commitment().await;
+        instances < limits.max_sandboxes
+            && committed + committed_mb(memory_mb) <= limits.max_memory_mb
     }
 
     /// Refuses a snapshot when the workspace's snapshots already hold its quota of bytes.
@@ -266,7 +353,7 @@ pub struct HostLoad {
     pub sandboxes: usize,
     /// `--max-sandboxes`.
     pub max_sandboxes: usize,
-    /// Memory limits of those instances added up, MiB.
+    /// Memory limits of those instances and of the running databases added up, MiB.
     pub committed_mb: u64,
     /// The memory budget, MiB (`--memory-overcommit` × host memory).
     pub max_memory_mb: u64,
@@ -279,23 +366,7 @@ pub struct HostLoad {
 impl Host {
     /// This host's [`HostLoad`] now.
     pub async fn load(&self) -> HostLoad {
-        let (mut sandboxes, mut committed) = (0usize, 0u64);
-        for live in self.all() {
-            let r = live.row.lock().await;
-            if matches!(
-                SandboxState::parse(&r.status),
-                SandboxState::Running | SandboxState::Paused
-            ) {
-                sandboxes += 1;
-                committed += committed_mb(r.memory_mb);
-            }
-        }
-        let (pooled, pooled_mb) = self.pool_commitment();
-        let (starting, starting_mb) = *self
-            .reserved
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let (sandboxes, committed_mb) = self.commitment().await;
         let pools: std::collections::HashMap<String, usize> = self
             .pool_sizes()
             .into_iter()
@@ -315,9 +386,9 @@ impl Host {
             .map(|(free, total)| free.saturating_sub(self.disk_reserve_bytes(total)))
             .unwrap_or(0);
         HostLoad {
-            sandboxes: sandboxes + pooled + starting,
+            sandboxes,
             max_sandboxes: self.cfg.limits.max_sandboxes,
-            committed_mb: committed + pooled_mb + starting_mb,
+            committed_mb,
             max_memory_mb: self.cfg.limits.max_memory_mb,
             disk_free_bytes,
             templates,
@@ -328,6 +399,12 @@ impl Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_memory_is_plausible() {
+        let mb = host_memory_mb().unwrap();
+        assert!((64..1 << 30).contains(&mb), "{mb} MiB");
+    }
 
     #[test]
     fn disk_space_of_the_temp_dir_is_plausible() {

@@ -26,7 +26,7 @@ mod template_image;
 pub mod volume_moves;
 pub mod volumes;
 
-pub use admission::{Admitted, HostLoad, Limits, RETRY_AFTER_S};
+pub use admission::{host_memory_mb, Admitted, HostLoad, Limits, MemoryCommitment, RETRY_AFTER_S};
 pub use create::CreateSpec;
 pub use fork::{ForkTransfer, Promotion, MAX_FORK_COUNT};
 pub use guest_dir::install_guest_dir;
