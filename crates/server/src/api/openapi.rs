@@ -36,9 +36,10 @@ pub enum Errors {
     #[response(status = 409)]
     Conflict(ErrorBody),
     /// The workspace's request rate limit (`--rate-limit` requests/s, bursts of twice that;
-    /// `Retry-After` says when to retry), or, for an operation that adds sandboxes or
-    /// snapshots, a workspace quota the message names (`--workspace-max-sandboxes`,
-    /// `--workspace-max-snapshot-gb`; no `Retry-After`: delete some first). README
+    /// `Retry-After` says when to retry), or, for an operation that adds sandboxes, snapshots
+    /// or databases, a workspace quota the message names (`--workspace-max-sandboxes`,
+    /// `--workspace-max-snapshot-gb`, `--workspace-max-databases`,
+    /// `--workspace-database-ports-percent`; no `Retry-After`: delete some first). README
     /// "Limits"; the SDKs retry creates on a 429 with `Retry-After` (contract §1.4).
     #[response(
         status = 429,
@@ -50,8 +51,10 @@ pub enum Errors {
     Internal(ErrorBody),
     /// The host is at capacity (`--max-sandboxes`, or the memory budget `--memory-overcommit` ×
     /// host memory) for an operation that starts an instance: a create, restore, fork or wake,
-    /// including the implicit wake of a hibernated sandbox by any request to it; `Retry-After`
-    /// is sent and the SDKs retry creates on it (contract §1.4). Or the sandbox's guest is not
+    /// including the implicit wake of a hibernated sandbox by any request to it, or a database
+    /// create, clone or start whose memory does not fit (with the sandboxes', and
+    /// `--database-memory-gb`); `Retry-After` is sent and the SDKs retry creates on it
+    /// (contract §1.4). Or the sandbox's guest is not
     /// reachable: the message says `connection refused` so the SDKs' warm-up retry applies.
     #[response(
         status = 503,
