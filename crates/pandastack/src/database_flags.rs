@@ -138,7 +138,7 @@ mod tests {
             ["--workspace-database-ports-percent", "0"],
             ["--workspace-database-ports-percent", "101"],
             ["--database-memory-gb", "0"],
-            ["--database-memory-gb", "-1"],
+            ["--database-memory-gb", "lots"],
             ["--database-memory-gb", "inf"],
             ["--database-ports", "20-10"],
         ] {
