@@ -174,6 +174,9 @@ struct ServerArgs {
     /// Template builds run at once (each RUN step is a sandbox; builds are CPU-heavy).
     #[arg(long, env = "PANDASTACK_BUILD_CONCURRENCY", default_value_t = 1)]
     build_concurrency: usize,
+    /// Template builds one workspace may have queued (429 past it; issue 23 finding 6).
+    #[arg(long, env = "PANDASTACK_MAX_QUEUED_BUILDS", default_value_t = 5)]
+    max_queued_builds: usize,
     /// Seconds without a connection after which a database that is not always_on is stopped
     /// (the next connection starts it again).
     #[arg(
@@ -390,6 +393,7 @@ fn main() -> Result<()> {
                     max_templates: a.max_templates,
                     max_workspace_bytes: a.max_template_storage_mb.saturating_mul(1024 * 1024),
                     concurrency: a.build_concurrency.max(1),
+                    max_queued: a.max_queued_builds.max(1),
                     ..Default::default()
                 },
                 databases: pandastack_server::databases::DatabaseSettings {

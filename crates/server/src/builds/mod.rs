@@ -1,6 +1,10 @@
 //! Template builds (issue 13; contract §2.8, §3.3): `POST /v1/templates/build` with a
 //! Dockerfile (and its context) or a rootfs tar becomes a build row (`queued`), a log file and
-//! a job; build workers (one by default: builds are heavy on a small host) run jobs in order.
+//! a job; build workers (one by default: builds are heavy on a small host) take jobs from
+//! [`queue`]: round-robin across workspaces, FIFO within one, at most `max_queued` queued per
+//! workspace (429 past it), and a newer build of a template name supersedes that workspace's
+//! queued older one (which ends `failed`, its `error` naming the newer build; issue 23
+//! finding 6).
 //!
 //! # How a build runs
 //! 1. At submit the Dockerfile is parsed and its `FROM` resolved; a parse error or an unknown
@@ -21,10 +25,12 @@
 //! their partial directories and the sandboxes they used are destroyed as orphans.
 
 mod dockerfile;
+mod enqueue;
 pub mod job;
 pub mod log;
 mod parent;
 mod publish;
+pub mod queue;
 mod rootfs;
 mod sandbox;
 
@@ -37,7 +43,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use queue::BuildQueue;
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// Directory under the data dir with one directory per build (`input/`, `build.log`).
@@ -62,6 +69,9 @@ pub struct BuildsConfig {
     pub concurrency: usize,
     /// Finished build records kept per workspace (older ones and their logs are removed).
     pub keep_builds: usize,
+    /// Builds one workspace may have queued, running ones not counted (429 past it; the
+    /// `--max-queued-builds` flag, issue 23 finding 6).
+    pub max_queued: usize,
 }
 
 impl Default for BuildsConfig {
@@ -75,6 +85,7 @@ impl Default for BuildsConfig {
             run_timeout: Duration::from_secs(30 * 60),
             concurrency: 1,
             keep_builds: 100,
+            max_queued: 5,
         }
     }
 }
@@ -82,19 +93,19 @@ impl Default for BuildsConfig {
 /// The build queue and the logs of builds not finished yet. Owned by [`Host`].
 pub struct Builds {
     pub cfg: BuildsConfig,
-    tx: mpsc::UnboundedSender<Job>,
-    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>,
+    queue: BuildQueue,
+    /// Held from the queue check to the push, so concurrent submits cannot pass the cap.
+    submitting: tokio::sync::Mutex<()>,
     live: Mutex<HashMap<String, Arc<BuildLog>>>,
 }
 
 impl Builds {
     /// An empty queue with `cfg`.
     pub fn new(cfg: BuildsConfig) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
         Builds {
             cfg,
-            tx,
-            rx: tokio::sync::Mutex::new(rx),
+            queue: BuildQueue::default(),
+            submitting: tokio::sync::Mutex::new(()),
             live: Mutex::default(),
         }
     }
@@ -263,9 +274,6 @@ impl Host {
                 return Ok(row);
             }
         }
-        self.store.put_template_build(&row).await?;
-        log.line(&format!("Queued build {} of template {}", row.id, row.name));
-        self.builds.live().insert(row.id.clone(), log);
         let job = Job {
             id: row.id.clone(),
             workspace_id: sub.workspace_id,
@@ -273,10 +281,7 @@ impl Host {
             resources: sub.resources,
             source,
         };
-        if self.builds.tx.send(job).is_err() {
-            return Err(ApiError::Internal("the build queue is closed".into()));
-        }
-        Ok(row)
+        self.enqueue(row, job, log).await
     }
 
     async fn fail_at_submit(
@@ -308,8 +313,7 @@ impl Host {
             let host = self.clone();
             tokio::spawn(async move {
                 loop {
-                    let job = host.builds.rx.lock().await.recv().await;
-                    let Some(job) = job else { break };
+                    let job = host.builds.queue.pop().await;
                     host.run_job(job).await;
                 }
             });
@@ -481,3 +485,4 @@ impl Host {
         }
     }
 }
+
