@@ -24,6 +24,7 @@
 //! grows. A server restart fails the builds that were queued or running; start-up removes
 //! their partial directories and the sandboxes they used are destroyed as orphans.
 
+mod build_disk;
 mod dockerfile;
 mod enqueue;
 pub mod job;
@@ -440,8 +441,9 @@ impl Host {
     }
 
     /// Start-up: builds a previous process left queued or running are failed (their inputs
-    /// and partial rootfs removed; their build sandboxes are orphans the engine sweep
-    /// destroys), and template builds no sandbox uses are collected.
+    /// and partial rootfs removed, their overlays and build disks unmounted; their build
+    /// sandboxes are orphans the engine sweep destroys), and template builds no sandbox uses
+    /// are collected.
     pub async fn recover_builds(&self) {
         match self
             .store
@@ -476,6 +478,13 @@ impl Host {
                 "unmounted overlays of interrupted template builds"
             ),
             Err(e) => warn!(error = %e, "unmounting overlays of interrupted template builds"),
+        }
+        // Their build disks' loop devices go with the last unmount (autoclear); one a crash
+        // left attached but unmounted is detached here (issue 23 finding 5).
+        for dev in pandastack_gvisor::disk::collect_stale(&stores).1 {
+            if let Err(e) = pandastack_gvisor::disk::detach(&dev) {
+                warn!(device = %dev.display(), error = %e, "detaching a build disk's loop device");
+            }
         }
         for ws in self.template_workspaces() {
             if let Err(e) = self.workspace_templates(&ws).remove_interrupted() {
