@@ -74,8 +74,7 @@ impl BuildDisk {
         if error.0.contains("size_mb") {
             return error;
         }
-        let enospc =
-            error.0.contains("No space left on device") || error.0.contains("os error 28");
+        let enospc = error.0.contains("No space left on device") || error.0.contains("os error 28");
         if !enospc && self.free_bytes() > NEARLY_FULL {
             return error;
         }

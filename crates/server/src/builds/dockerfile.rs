@@ -269,7 +269,6 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
     })
     .await
     .map_err(BuildError)?;
-    drop(explain);
     if let Some(overlay) = overlay {
         b.log
             .line("Flattening the changes onto a linked copy of the parent's rootfs");

@@ -40,11 +40,11 @@ use crate::host::Host;
 use job::{BuildError, Job, JobSource, Submission, SubmittedSource};
 use log::BuildLog;
 use pandastack_store::{now_ms, TemplateBuildRow};
+use queue::BuildQueue;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use queue::BuildQueue;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -494,4 +494,3 @@ impl Host {
         }
     }
 }
-

@@ -73,7 +73,12 @@ impl BuildQueue {
     ///
     /// # Errors
     /// [`QueueError::Full`] as [`BuildQueue::push`] would answer.
-    pub fn check(&self, workspace_id: &str, name: &str, max_queued: usize) -> Result<(), QueueError> {
+    pub fn check(
+        &self,
+        workspace_id: &str,
+        name: &str,
+        max_queued: usize,
+    ) -> Result<(), QueueError> {
         let st = self.state();
         let Some(fifo) = st.jobs.get(workspace_id) else {
             return Ok(());
@@ -178,7 +183,10 @@ mod tests {
         q.push(job("b", "v", 0), 2).unwrap();
         // Same name: replaces, even at the cap.
         let gone = q.push(job("a", "t", 3), 2).unwrap();
-        assert_eq!(gone.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["a-t-0"]);
+        assert_eq!(
+            gone.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+            ["a-t-0"]
+        );
         assert_eq!(q.queued("a"), 2);
         let order: Vec<String> = (0..2).filter_map(|_| q.try_pop()).map(|j| j.id).collect();
         assert_eq!(order, ["a-u-1", "b-v-0"]);

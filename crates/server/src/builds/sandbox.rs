@@ -110,15 +110,7 @@ pub async fn run(
     run: RunCommand<'_>,
 ) -> Result<(), BuildError> {
     let memory_mb = resources.memory_mb.max(MIN_BUILD_MEMORY_MB);
-    let _admitted = admitted(
-        host,
-        workspace_id,
-        memory_mb,
-        run.may_write,
-        "RUN",
-        run.log,
-    )
-    .await?;
+    let _admitted = admitted(host, workspace_id, memory_mb, run.may_write, "RUN", run.log).await?;
     let mut spec = host.instance_spec(
         &rootfs.display().to_string(),
         &host.cfg.guest_dir.display().to_string(),

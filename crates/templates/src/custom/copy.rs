@@ -434,7 +434,7 @@ mod tests {
                     owner: None,
                     chmod: None,
                     add: true,
-                max_bytes: u64::MAX,
+                    max_bytes: u64::MAX,
                 },
             )
         };
@@ -445,6 +445,20 @@ mod tests {
         );
         let e = add(vec!["https://example.com/x.tgz".into()], "/opt").unwrap_err();
         assert!(e.contains("URLs are not supported"), "{e}");
+        // issue 23 finding 5: what is left of size_mb bounds ADD and COPY alike.
+        for add in [true, false] {
+            let sources = vec!["bundle.tar".to_string()];
+            let plan = CopyPlan {
+                sources: &sources,
+                dest: "/small/",
+                owner: None,
+                chmod: None,
+                add,
+                max_bytes: 2,
+            };
+            let e = copy(&root, &ctx, &plan).unwrap_err();
+            assert!(e.contains("size_mb"), "{e}");
+        }
         // COPY of the same file copies it as it is.
         run(&root, &ctx, &["bundle.tar"], "/copy/").unwrap();
         assert_eq!(

@@ -100,20 +100,20 @@ fn open(dir: &OwnedFd, name: &str, flags: OFlags) -> io::Result<OwnedFd> {
 
 /// Copies the extended attributes of `from` to `to`, overlayfs's own ones left out.
 fn copy_xattrs(from: &OwnedFd, to: &OwnedFd) -> io::Result<()> {
-    let size = match rustix::fs::flistxattr(from, &mut [][..]) {
+    let size = match rustix::fs::flistxattr(from, &mut [0u8; 0][..]) {
         Ok(0) | Err(rustix::io::Errno::NOTSUP) => return Ok(()),
         Ok(n) => n,
         Err(e) => return Err(e.into()),
     };
     let mut names = vec![0u8; size];
-    let n = rustix::fs::flistxattr(from, &mut names)?;
+    let n = rustix::fs::flistxattr(from, &mut names[..])?;
     for raw in names[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
         let name = String::from_utf8_lossy(raw).into_owned();
         if name.starts_with("trusted.overlay.") {
             continue;
         }
         let mut value = vec![0u8; 64 * 1024];
-        let len = rustix::fs::fgetxattr(from, name.as_str(), &mut value)?;
+        let len = rustix::fs::fgetxattr(from, name.as_str(), &mut value[..])?;
         rustix::fs::fsetxattr(
             to,
             name.as_str(),
@@ -151,7 +151,10 @@ mod tests {
         let root = InRoot::open(dst.path()).unwrap();
         copy_entry(&from, "app", &root, "/app", &mut Links::new()).unwrap();
         let d = dst.path();
-        assert_eq!(std::fs::read_to_string(d.join("app/lib/a")).unwrap(), "alpha");
+        assert_eq!(
+            std::fs::read_to_string(d.join("app/lib/a")).unwrap(),
+            "alpha"
+        );
         let (a, b) = (
             std::fs::metadata(d.join("app/lib/a")).unwrap(),
             std::fs::metadata(d.join("app/b")).unwrap(),
