@@ -22,6 +22,7 @@ import subprocess
 import tarfile
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,11 @@ def submit(url: str, key: str, name: str, dockerfile: str, **fields) -> requests
         data={"name": name, "dockerfile": dockerfile, **{k: str(v) for k, v in fields.items()}},
         timeout=60,
     )
+
+
+def moment(value) -> datetime:
+    """An RFC 3339 time of the API (the SDK may hand it over parsed already)."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
 def loops_under(path: Path) -> list[str]:
@@ -262,7 +268,7 @@ def test_one_workspace_does_not_hold_the_build_worker(queue_server):
     a = wait_build(client_a, r.json()["id"])
     assert a.status == "done", a.error
     b1 = client_b.templates.get_build(ids[1])
-    assert b1.started_at is None or b1.started_at >= a.ended_at, (
+    assert b1.started_at is None or moment(b1.started_at) >= moment(a.ended_at), (
         f"workspace A's build ran after B's second: B1 started {b1.started_at}, A ended {a.ended_at}"
     )
     # B's quick builds finish on their own (the server and its data dir go with the module).
