@@ -35,25 +35,41 @@ pub fn overlay_dir(dir: &Path, has_disk: bool) -> PathBuf {
 /// root overlay instead of mounting a RAM tmpfs over it. Idempotent; a rootfs without a `/tmp`
 /// directory is left as it is (runsc would mount a tmpfs there: the instance still starts).
 ///
+/// The rootfs may come from a user (a rootfs tar, a Dockerfile build), so nothing in it is
+/// followed: a `tmp` that is a symlink (to a host path, say) counts as no `/tmp`, and the
+/// marker is created with `O_NOFOLLOW | O_EXCL` relative to the opened directory (issue 23
+/// finding 4: a tar's `tmp -> /tmp/hostmark` made this write on the host).
+///
 /// # Errors
 /// I/O errors other than the marker being there already.
 pub fn keep_tmp_in_root(rootfs: &Path) -> std::io::Result<()> {
-    let tmp = rootfs.join("tmp");
-    if !tmp.is_dir() {
-        return Ok(());
-    }
-    let marker = tmp.join(TMP_MARKER);
-    if marker.exists() {
-        return Ok(());
-    }
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&marker)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
+    use rustix::fs::{Mode, OFlags};
+    let root = rustix::fs::open(
+        rootfs,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let tmp = match rustix::fs::openat(
+        &root,
+        "tmp",
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        // Missing, a symlink (ELOOP) or not a directory: not ours to fix here.
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+            return Ok(())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match rustix::fs::openat(
+        &tmp,
+        TMP_MARKER,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    ) {
+        Ok(_) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -179,5 +195,35 @@ impl Disks {
             }
             flag.store(false, Ordering::SeqCst);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ps-{name}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_marker_goes_into_a_real_tmp_only() {
+        let rootfs = scratch("keep-tmp");
+        std::fs::create_dir(rootfs.join("tmp")).unwrap();
+        keep_tmp_in_root(&rootfs).unwrap();
+        keep_tmp_in_root(&rootfs).unwrap();
+        assert!(rootfs.join("tmp").join(TMP_MARKER).is_file());
+
+        // issue 23 finding 4: `tmp -> <host dir>` is not followed.
+        let evil = scratch("keep-tmp-evil");
+        let host = scratch("keep-tmp-host");
+        std::os::unix::fs::symlink(&host, evil.join("tmp")).unwrap();
+        keep_tmp_in_root(&evil).unwrap();
+        assert_eq!(std::fs::read_dir(&host).unwrap().count(), 0);
+        for d in [rootfs, evil, host] {
+            std::fs::remove_dir_all(d).unwrap();
+        }
     }
 }

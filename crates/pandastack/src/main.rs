@@ -178,6 +178,9 @@ struct ServerArgs {
     build_concurrency: usize,
     #[command(flatten)]
     databases: database_flags::DatabaseFlags,
+    /// Template builds one workspace may have queued (429 past it; issue 23 finding 6).
+    #[arg(long, env = "PANDASTACK_MAX_QUEUED_BUILDS", default_value_t = 5)]
+    max_queued_builds: usize,
     /// Volumes one workspace may have; past it volume creates answer 429.
     #[arg(long, env = "PANDASTACK_WORKSPACE_MAX_VOLUMES", default_value_t = 20)]
     workspace_max_volumes: usize,
@@ -353,6 +356,7 @@ fn main() -> Result<()> {
                     max_templates: a.max_templates,
                     max_workspace_bytes: a.max_template_storage_mb.saturating_mul(1024 * 1024),
                     concurrency: a.build_concurrency.max(1),
+                    max_queued: a.max_queued_builds.max(1),
                     ..Default::default()
                 },
                 databases: a.databases.settings(),

@@ -136,6 +136,9 @@ async fn build(
         let form = build_form::read(req, &dir.join("input"), limits).await?;
         let disk = super::sandboxes::disk_bounds(&st.host.cfg);
         let sub = submission(&caller, id, form, cfg.max_context_bytes, disk)?;
+        // What the build may write (issue 23 finding 5).
+        let may_write = u64::from(sub.resources.disk_mb) << 20;
+        st.host.check_disk_reserve("template build", may_write)?;
         st.host
             .check_build_quota(&sub.workspace_id, &sub.name)
             .await?;

@@ -6,7 +6,13 @@
 //! on the host through `InRoot` (no sandbox runs then; they replace files, never write into
 //! one, so shared inodes stay untouched), `RUN` runs in a build sandbox on it
 //! ([`super::sandbox`]).
+//!
+//! What the steps may write is bounded by the template's `size_mb` (issue 23 finding 5): with
+//! `RUN` the overlay's upper layer is on a build disk of that size ([`super::build_disk`]), so
+//! a step gets ENOSPC past it; without one, `COPY`/`ADD` count their bytes against it. A step
+//! that fails for want of room says so, naming `size_mb`.
 
+use super::build_disk::BuildDisk;
 use super::job::BuildError;
 use super::log::BuildLog;
 use super::publish::{self, Built};
@@ -113,7 +119,9 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
             "Mounting an overlay of the rootfs of {} for the RUN steps",
             parent.name
         ));
-        Some(Overlay::mount(&parent.rootfs, slot.work_dir()).await?)
+        host.check_disk_reserve("template build", u64::from(b.resources.disk_mb) << 20)
+            .map_err(|e| BuildError(e.to_string()))?;
+        Some(Overlay::mount(&parent.rootfs, slot.work_dir(), b.resources.disk_mb).await?)
     } else {
         b.log
             .line(&format!("Linking the rootfs of {}", parent.name));
@@ -131,6 +139,14 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
         }
     }
     let mut warned_user = false;
+    // Without a build disk, what COPY/ADD wrote so far (they are all a build without RUN
+    // writes), bytes.
+    let mut copied_bytes = 0u64;
+    let size_bytes = u64::from(b.resources.disk_mb) << 20;
+    let explain = |e: BuildError| match &overlay {
+        Some(o) => o.disk.explain(e),
+        None => e,
+    };
     for (i, step) in steps.iter().enumerate() {
         b.log
             .line(&format!("Step {}/{} : {}", i + 1, steps.len(), step.text));
@@ -156,7 +172,7 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                         .map_err(|e| format!("cannot create {dir}: {e}"))
                 })
                 .await
-                .map_err(|e| at(step, e))?;
+                .map_err(|e| explain(at(step, e)))?;
             }
             Instruction::Copy(c) => {
                 let (sources, dest) = state.copy_paths(&c.args).map_err(|e| at(step, e))?;
@@ -165,6 +181,10 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                     None => None,
                 };
                 let (chmod, add, ctx) = (c.chmod, c.add, b.context.clone());
+                let max_bytes = match &overlay {
+                    Some(o) => o.disk.free_bytes(),
+                    None => size_bytes.saturating_sub(copied_bytes),
+                };
                 let copied = in_rootfs(&tree, move |root| {
                     let owner = match chown {
                         Some(spec) => Some(users::resolve(root, &spec)?.owner()),
@@ -179,11 +199,13 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                             owner,
                             chmod,
                             add,
+                            max_bytes,
                         },
                     )
                 })
                 .await
-                .map_err(|e| at(step, e))?;
+                .map_err(|e| explain(at(step, e)))?;
+                copied_bytes += copied.bytes;
                 b.log.line(&format!(
                     " ---> copied {} files ({} bytes)",
                     copied.files, copied.bytes
@@ -196,7 +218,7 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                         .map_err(|e| format!("cannot prepare /tmp: {e}"))
                 })
                 .await
-                .map_err(|e| at(step, e))?;
+                .map_err(|e| explain(at(step, e)))?;
                 let user_spec = state.current_user().map(str::to_owned);
                 let user = match user_spec {
                     Some(spec) => Some(
@@ -223,9 +245,11 @@ pub async fn run(host: &Arc<Host>, b: DockerfileBuild<'_>) -> Result<Built, Buil
                         timeout: b.cfg.run_timeout,
                         line: step.line,
                         log: b.log,
+                        may_write: overlay.as_ref().map_or(0, |o| o.disk.free_bytes()),
                     },
                 )
-                .await?;
+                .await
+                .map_err(explain)?;
                 b.log.line(&format!(
                     " ---> done in {:.1} s",
                     started.elapsed().as_secs_f64()
@@ -300,23 +324,27 @@ async fn link_rootfs(from: &Path, to: &Path) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// The overlay a build with `RUN` steps works on: `<work>/upper` over the parent's rootfs,
-/// mounted at `<work>/merged`. Unmounted when dropped, so no error path leaves it mounted
-/// (a crash does: start-up unmounts it).
+/// The overlay a build with `RUN` steps works on: `upper/` over the parent's rootfs, mounted
+/// at `<work>/merged`, with `upper/` and the overlay's scratch directory on the build's own
+/// disk of `size_mb` MiB. Unmounted when dropped (the disk after it: fields drop after
+/// `drop`), so no error path leaves it mounted (a crash does: start-up unmounts it).
 struct Overlay {
     upper: PathBuf,
     work: PathBuf,
     merged: PathBuf,
     mounted: bool,
+    disk: BuildDisk,
 }
 
 impl Overlay {
-    async fn mount(lower: &Path, work_dir: &Path) -> Result<Overlay, BuildError> {
+    async fn mount(lower: &Path, work_dir: &Path, size_mb: u32) -> Result<Overlay, BuildError> {
+        let disk = BuildDisk::create(work_dir, size_mb).await?;
         let mut o = Overlay {
-            upper: work_dir.join("upper"),
-            work: work_dir.join("overlay-work"),
+            upper: disk.path().join("upper"),
+            work: disk.path().join("overlay-work"),
             merged: work_dir.join("merged"),
             mounted: false,
+            disk,
         };
         let (lower, ov) = (
             lower.to_path_buf(),
@@ -355,10 +383,9 @@ impl Overlay {
             removed = applied.removed,
             "build flattened"
         );
-        for d in [&self.upper, &self.work, &self.merged] {
-            if let Err(e) = std::fs::remove_dir_all(d) {
-                return Err(BuildError::internal("removing the build overlay", e));
-            }
+        // The upper layer goes with the build disk when `self` drops.
+        if let Err(e) = std::fs::remove_dir(&self.merged) {
+            return Err(BuildError::internal("removing the build overlay", e));
         }
         Ok(())
     }

@@ -1,6 +1,10 @@
 //! Template builds (issue 13; contract §2.8, §3.3): `POST /v1/templates/build` with a
 //! Dockerfile (and its context) or a rootfs tar becomes a build row (`queued`), a log file and
-//! a job; build workers (one by default: builds are heavy on a small host) run jobs in order.
+//! a job; build workers (one by default: builds are heavy on a small host) take jobs from
+//! [`queue`]: round-robin across workspaces, FIFO within one, at most `max_queued` queued per
+//! workspace (429 past it), and a newer build of a template name supersedes that workspace's
+//! queued older one (which ends `failed`, its `error` naming the newer build; issue 23
+//! finding 6).
 //!
 //! # How a build runs
 //! 1. At submit the Dockerfile is parsed and its `FROM` resolved; a parse error or an unknown
@@ -20,11 +24,14 @@
 //! grows. A server restart fails the builds that were queued or running; start-up removes
 //! their partial directories and the sandboxes they used are destroyed as orphans.
 
+mod build_disk;
 mod dockerfile;
+mod enqueue;
 pub mod job;
 pub mod log;
 mod parent;
 mod publish;
+pub mod queue;
 mod rootfs;
 mod sandbox;
 
@@ -33,11 +40,12 @@ use crate::host::Host;
 use job::{BuildError, Job, JobSource, Submission, SubmittedSource};
 use log::BuildLog;
 use pandastack_store::{now_ms, TemplateBuildRow};
+use queue::BuildQueue;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// Directory under the data dir with one directory per build (`input/`, `build.log`).
@@ -62,6 +70,9 @@ pub struct BuildsConfig {
     pub concurrency: usize,
     /// Finished build records kept per workspace (older ones and their logs are removed).
     pub keep_builds: usize,
+    /// Builds one workspace may have queued, running ones not counted (429 past it; the
+    /// `--max-queued-builds` flag, issue 23 finding 6).
+    pub max_queued: usize,
 }
 
 impl Default for BuildsConfig {
@@ -75,6 +86,7 @@ impl Default for BuildsConfig {
             run_timeout: Duration::from_secs(30 * 60),
             concurrency: 1,
             keep_builds: 100,
+            max_queued: 5,
         }
     }
 }
@@ -82,19 +94,19 @@ impl Default for BuildsConfig {
 /// The build queue and the logs of builds not finished yet. Owned by [`Host`].
 pub struct Builds {
     pub cfg: BuildsConfig,
-    tx: mpsc::UnboundedSender<Job>,
-    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>,
+    queue: BuildQueue,
+    /// Held from the queue check to the push, so concurrent submits cannot pass the cap.
+    submitting: tokio::sync::Mutex<()>,
     live: Mutex<HashMap<String, Arc<BuildLog>>>,
 }
 
 impl Builds {
     /// An empty queue with `cfg`.
     pub fn new(cfg: BuildsConfig) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
         Builds {
             cfg,
-            tx,
-            rx: tokio::sync::Mutex::new(rx),
+            queue: BuildQueue::default(),
+            submitting: tokio::sync::Mutex::new(()),
             live: Mutex::default(),
         }
     }
@@ -263,9 +275,6 @@ impl Host {
                 return Ok(row);
             }
         }
-        self.store.put_template_build(&row).await?;
-        log.line(&format!("Queued build {} of template {}", row.id, row.name));
-        self.builds.live().insert(row.id.clone(), log);
         let job = Job {
             id: row.id.clone(),
             workspace_id: sub.workspace_id,
@@ -273,10 +282,7 @@ impl Host {
             resources: sub.resources,
             source,
         };
-        if self.builds.tx.send(job).is_err() {
-            return Err(ApiError::Internal("the build queue is closed".into()));
-        }
-        Ok(row)
+        self.enqueue(row, job, log).await
     }
 
     async fn fail_at_submit(
@@ -308,8 +314,7 @@ impl Host {
             let host = self.clone();
             tokio::spawn(async move {
                 loop {
-                    let job = host.builds.rx.lock().await.recv().await;
-                    let Some(job) = job else { break };
+                    let job = host.builds.queue.pop().await;
                     host.run_job(job).await;
                 }
             });
@@ -436,8 +441,9 @@ impl Host {
     }
 
     /// Start-up: builds a previous process left queued or running are failed (their inputs
-    /// and partial rootfs removed; their build sandboxes are orphans the engine sweep
-    /// destroys), and template builds no sandbox uses are collected.
+    /// and partial rootfs removed, their overlays and build disks unmounted; their build
+    /// sandboxes are orphans the engine sweep destroys), and template builds no sandbox uses
+    /// are collected.
     pub async fn recover_builds(&self) {
         match self
             .store
@@ -472,6 +478,13 @@ impl Host {
                 "unmounted overlays of interrupted template builds"
             ),
             Err(e) => warn!(error = %e, "unmounting overlays of interrupted template builds"),
+        }
+        // Their build disks' loop devices go with the last unmount (autoclear); one a crash
+        // left attached but unmounted is detached here (issue 23 finding 5).
+        for dev in pandastack_gvisor::disk::collect_stale(&stores).1 {
+            if let Err(e) = pandastack_gvisor::disk::detach(&dev) {
+                warn!(device = %dev.display(), error = %e, "detaching a build disk's loop device");
+            }
         }
         for ws in self.template_workspaces() {
             if let Err(e) = self.workspace_templates(&ws).remove_interrupted() {

@@ -137,6 +137,7 @@ pub async fn complete(
         host,
         workspace_id,
         finished.info().memory_mb,
+        0,
         "the template snapshot",
         log,
     )

@@ -32,6 +32,8 @@ pub fn hash(sha256: &str, resources: &Resources) -> String {
 
 /// Unpacks, finishes and publishes.
 ///
+/// The disk reserve must hold the template's `size_mb` (what the unpack may write).
+///
 /// # Errors
 /// [`BuildError`] naming the refused entry, or as the publish step.
 pub async fn run(host: &Arc<Host>, b: TarBuild<'_>) -> Result<Built, BuildError> {
@@ -47,10 +49,20 @@ pub async fn run(host: &Arc<Host>, b: TarBuild<'_>) -> Result<Built, BuildError>
     };
     let rootfs = slot.rootfs();
     let tar = b.tar.to_path_buf();
+    // The unpacked files may take the template's size_mb (issue 23 finding 5), and never more
+    // than a template may be; sizes come from the entries' headers, checked before writing.
+    let size_bytes = u64::from(b.resources.disk_mb) << 20;
     let limits = Limits {
-        max_bytes: b.cfg.max_rootfs_bytes,
+        max_bytes: size_bytes.min(b.cfg.max_rootfs_bytes),
         max_entries: 2_000_000,
+        bytes_rule: if size_bytes <= b.cfg.max_rootfs_bytes {
+            "the template's size_mb"
+        } else {
+            "the largest template this server builds"
+        },
     };
+    host.check_disk_reserve("template build", limits.max_bytes)
+        .map_err(|e| BuildError(e.to_string()))?;
     let done = tokio::task::spawn_blocking(move || {
         std::fs::create_dir(&rootfs).map_err(|e| format!("cannot create the rootfs: {e}"))?;
         let root = InRoot::open(&rootfs).map_err(|e| format!("cannot open the rootfs: {e}"))?;

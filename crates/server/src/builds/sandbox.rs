@@ -38,22 +38,25 @@ pub const ADMISSION_WAIT: Duration = Duration::from_secs(300);
 
 /// Waits until the host admits one build instance of `memory_mb` MiB for `workspace_id`
 /// (`what`: "RUN", "the template snapshot", for messages), polling every
-/// `Retry-After` seconds while the host is at capacity.
+/// `Retry-After` seconds while the host is at capacity. `may_write` is what the step may
+/// still write on the data dir's disk, bytes (the room left on the build disk; issue 23
+/// finding 5): the disk reserve must hold it.
 ///
 /// # Errors
-/// [`BuildError`] when the data dir's disk is below its reserve (507 rule of issue 8), when
+/// [`BuildError`] when the data dir's disk would go below its reserve (507 rule of issue 8), when
 /// the host stayed full for [`ADMISSION_WAIT`], or on any other refusal.
 pub async fn admitted(
     host: &Host,
     workspace_id: &str,
     memory_mb: u32,
+    may_write: u64,
     what: &str,
     log: &BuildLog,
 ) -> Result<Admitted, BuildError> {
     let started = std::time::Instant::now();
     let mut said = false;
     loop {
-        host.check_disk_reserve("template build", 0)
+        host.check_disk_reserve("template build", may_write)
             .map_err(|e| BuildError(e.to_string()))?;
         match host.admit(workspace_id, memory_mb, 1, false).await {
             Ok(admitted) => return Ok(admitted),
@@ -89,6 +92,8 @@ pub struct RunCommand<'a> {
     /// Dockerfile line, for messages.
     pub line: usize,
     pub log: &'a BuildLog,
+    /// What the step may still write on the host's disk, bytes (for the disk reserve).
+    pub may_write: u64,
 }
 
 /// Runs `run` in a build sandbox on `rootfs`, admitted for `workspace_id` ([`admitted`]).
@@ -105,7 +110,7 @@ pub async fn run(
     run: RunCommand<'_>,
 ) -> Result<(), BuildError> {
     let memory_mb = resources.memory_mb.max(MIN_BUILD_MEMORY_MB);
-    let _admitted = admitted(host, workspace_id, memory_mb, "RUN", run.log).await?;
+    let _admitted = admitted(host, workspace_id, memory_mb, run.may_write, "RUN", run.log).await?;
     let mut spec = host.instance_spec(
         &rootfs.display().to_string(),
         &host.cfg.guest_dir.display().to_string(),
@@ -114,8 +119,8 @@ pub async fn run(
         host.cfg
             .network
             .map(|_| pandastack_engine::NetworkPolicy::open()),
-        // No disk: a build writes straight into its rootfs copy (the build's size limit
-        // bounds it), never through an overlay.
+        // No gVisor overlay disk: a build writes straight into its tree, whose writable layer
+        // is on the build's own disk of `size_mb` (`builds/build_disk.rs`).
         None,
     );
     spec.template_build = true;

@@ -35,14 +35,14 @@ pub struct CopyPlan<'a> {
     pub chmod: Option<u32>,
     /// `ADD`: unpack local archives, refuse URLs.
     pub add: bool,
+    /// Bytes this step may write: what is left of the template's `size_mb` (issue 23 finding
+    /// 5). Files (and unpacked archives) past it fail the step naming `size_mb`.
+    pub max_bytes: u64,
 }
 
-/// Limits of an archive `ADD` unpacks (the workspace's template storage quota applies to the
-/// result as a whole).
-const ADD_LIMITS: rootfs_tar::Limits = rootfs_tar::Limits {
-    max_bytes: 16 << 30,
-    max_entries: 2_000_000,
-};
+/// Entries an archive `ADD` unpacks may have (its bytes are bounded by
+/// [`CopyPlan::max_bytes`]).
+const ADD_MAX_ENTRIES: u64 = 2_000_000;
 
 enum Source<'c> {
     File(&'c ContextFile),
@@ -87,7 +87,12 @@ pub fn copy(root: &InRoot, ctx: &Context, plan: &CopyPlan<'_>) -> Result<Copied,
                     .map_err(|e| format!("cannot create {dest}/: {e}"))?;
                 let file =
                     File::open(&f.file).map_err(|e| format!("cannot read {}: {e}", f.path))?;
-                let done = rootfs_tar::unpack(file, root, dest, ADD_LIMITS, false)
+                let limits = rootfs_tar::Limits {
+                    max_bytes: plan.max_bytes.saturating_sub(copied.bytes),
+                    max_entries: ADD_MAX_ENTRIES,
+                    bytes_rule: "what is left of the template's size_mb",
+                };
+                let done = rootfs_tar::unpack(file, root, dest, limits, false)
                     .map_err(|e| format!("ADD {}: {e}", f.path))?;
                 copied.files += done.entries as usize;
                 copied.bytes += done.bytes;
@@ -98,6 +103,7 @@ pub fn copy(root: &InRoot, ctx: &Context, plan: &CopyPlan<'_>) -> Result<Copied,
                 } else {
                     dest.to_string()
                 };
+                room(&copied, f, plan)?;
                 copied.bytes += write_file(root, f, &target, plan)?;
                 copied.files += 1;
             }
@@ -118,6 +124,7 @@ pub fn copy(root: &InRoot, ctx: &Context, plan: &CopyPlan<'_>) -> Result<Copied,
                 }
                 for f in ctx.files() {
                     if let Some(rel) = under(&f.path) {
+                        room(&copied, f, plan)?;
                         copied.bytes += write_file(root, f, &format!("{dest}/{rel}"), plan)?;
                         copied.files += 1;
                     }
@@ -126,6 +133,18 @@ pub fn copy(root: &InRoot, ctx: &Context, plan: &CopyPlan<'_>) -> Result<Copied,
         }
     }
     Ok(copied)
+}
+
+/// Whether `f` still fits in [`CopyPlan::max_bytes`] after what was copied.
+fn room(copied: &Copied, f: &ContextFile, plan: &CopyPlan<'_>) -> Result<(), String> {
+    if copied.bytes.saturating_add(f.size) <= plan.max_bytes {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: the copied files need more than the {} MiB left of the template's size_mb",
+        f.path,
+        plan.max_bytes / (1024 * 1024)
+    ))
 }
 
 fn write_file(
@@ -304,6 +323,7 @@ mod tests {
                 owner: None,
                 chmod: None,
                 add: false,
+                max_bytes: u64::MAX,
             },
         )
     }
@@ -372,6 +392,7 @@ mod tests {
                 owner: Some((1000, 1000)),
                 chmod: Some(0o600),
                 add: false,
+                max_bytes: u64::MAX,
             },
         )
         .unwrap();
@@ -413,6 +434,7 @@ mod tests {
                     owner: None,
                     chmod: None,
                     add: true,
+                    max_bytes: u64::MAX,
                 },
             )
         };
@@ -423,6 +445,20 @@ mod tests {
         );
         let e = add(vec!["https://example.com/x.tgz".into()], "/opt").unwrap_err();
         assert!(e.contains("URLs are not supported"), "{e}");
+        // issue 23 finding 5: what is left of size_mb bounds ADD and COPY alike.
+        for add in [true, false] {
+            let sources = vec!["bundle.tar".to_string()];
+            let plan = CopyPlan {
+                sources: &sources,
+                dest: "/small/",
+                owner: None,
+                chmod: None,
+                add,
+                max_bytes: 2,
+            };
+            let e = copy(&root, &ctx, &plan).unwrap_err();
+            assert!(e.contains("size_mb"), "{e}");
+        }
         // COPY of the same file copies it as it is.
         run(&root, &ctx, &["bundle.tar"], "/copy/").unwrap();
         assert_eq!(

@@ -1,7 +1,10 @@
 //! The last touches every user-built rootfs gets, and what the server needs to know about it.
 //!
 //! The mount points the runtime uses must be directories (`/.pandastack` for the guest daemon,
-//! `/proc`, `/sys`, `/dev`, and `/tmp` with mode 1777 when it is missing); the template's
+//! `/proc`, `/sys`, `/dev`, and `/tmp` with mode 1777). Anything else at those paths (a symlink,
+//! a file) is replaced inside the root, never followed: the runtime later writes into `/tmp`
+//! on the host (its marker file), and a tar's `tmp -> /tmp/x` must not send that write out of
+//! the rootfs (issue 23 finding 4). The template's
 //! runtime defaults (`ENV`, `WORKDIR`) are written to [`TEMPLATE_RUNTIME_PATH`], which the guest
 //! reads at start. The probes tell the server whether code contexts can work (python3) and
 //! whether the template snapshot should hold a warmed kernel (IPython, pandas).
@@ -31,9 +34,8 @@ pub fn finish(root: &InRoot, runtime: &TemplateRuntime) -> io::Result<Probes> {
     for dir in ["/proc", "/sys", "/dev"] {
         root.ensure_dir(dir, 0o555)?;
     }
-    if root.kind("/tmp")?.is_none() {
-        root.mkdir_all("/tmp", 0o1777, Some((0, 0)))?;
-    }
+    // A real `/tmp` keeps its mode; a missing or symlinked one becomes a 1777 directory.
+    root.ensure_dir("/tmp", 0o1777)?;
     if *runtime != TemplateRuntime::default() {
         let json = serde_json::to_vec_pretty(runtime).map_err(io::Error::other)?;
         let mut f = root.create_file(TEMPLATE_RUNTIME_PATH, 0o644, Some((0, 0)))?;
@@ -93,6 +95,9 @@ mod tests {
         .unwrap();
         std::os::unix::fs::symlink("python3.12", r.join("usr/bin/python3")).unwrap();
         std::os::unix::fs::symlink("/etc", r.join(".pandastack")).unwrap();
+        // issue 23 finding 4: a `/tmp` pointing at a host path is replaced, not followed.
+        let host = TempDir::new("finish-host-tmp");
+        std::os::unix::fs::symlink(host.path(), r.join("tmp")).unwrap();
         let root = InRoot::open(r).unwrap();
         let rt = TemplateRuntime {
             workdir: Some("/app".into()),
@@ -108,6 +113,8 @@ mod tests {
             }
         );
         assert!(r.join(".pandastack").is_dir() && !r.join(".pandastack").is_symlink());
+        assert!(r.join("tmp").is_dir() && !r.join("tmp").is_symlink());
+        assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
         assert_eq!(
             std::fs::metadata(r.join("tmp"))
                 .unwrap()

@@ -15,6 +15,7 @@
 //! upper layer holds only full copies, whiteouts (0/0 character devices) and opaque markers
 //! (`trusted.overlay.opaque=y`).
 
+use super::copy_tree::{self, Links};
 use super::in_root::InRoot;
 use rustix::fd::OwnedFd;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
@@ -134,11 +135,34 @@ pub fn apply_upper(upper: &Path, dest: &InRoot) -> io::Result<Applied> {
         Mode::empty(),
     )?;
     let mut done = Applied::default();
-    apply_dir(&root, "", dest, &mut done)?;
+    apply_dir(&root, "", dest, &mut done, &mut Links::new())?;
     Ok(done)
 }
 
-fn apply_dir(dir: &OwnedFd, rel: &str, dest: &InRoot, done: &mut Applied) -> io::Result<()> {
+/// Moves entry `name` of `dir` to `path` in `dest`: a rename, or a copy when the upper layer
+/// is on another filesystem (the build disk: EXDEV).
+fn move_in(
+    dir: &OwnedFd,
+    name: &str,
+    dest: &InRoot,
+    path: &str,
+    links: &mut Links,
+) -> io::Result<()> {
+    match dest.rename_into(dir, name, path) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            copy_tree::copy_entry(dir, name, dest, path, links)
+        }
+        other => other,
+    }
+}
+
+fn apply_dir(
+    dir: &OwnedFd,
+    rel: &str,
+    dest: &InRoot,
+    done: &mut Applied,
+    links: &mut Links,
+) -> io::Result<()> {
     let names: Vec<String> = rustix::fs::Dir::read_from(dir)?
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str().ok().map(str::to_owned))
@@ -169,15 +193,15 @@ fn apply_dir(dir: &OwnedFd, rel: &str, dest: &InRoot, done: &mut Applied) -> io:
                         done.removed += 1;
                     }
                     // A directory new in this layer (or replacing one) moves in whole.
-                    dest.rename_into(dir, &name, &path)?;
+                    move_in(dir, &name, dest, &path, links)?;
                     done.moved += 1;
                     continue;
                 }
-                apply_dir(&sub, &path, dest, done)?;
+                apply_dir(&sub, &path, dest, done, links)?;
                 dest.set_dir_attrs(&path, st.st_mode & 0o7777, Some((st.st_uid, st.st_gid)))?;
             }
             _ => {
-                dest.rename_into(dir, &name, &path)?;
+                move_in(dir, &name, dest, &path, links)?;
                 done.moved += 1;
             }
         }

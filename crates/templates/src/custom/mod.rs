@@ -13,6 +13,7 @@
 
 pub mod context;
 pub mod copy;
+pub mod copy_tree;
 pub mod dockerfile;
 pub mod finish;
 pub mod flatten;

@@ -21,6 +21,8 @@ pub struct Limits {
     pub max_bytes: u64,
     /// Largest number of entries.
     pub max_entries: u64,
+    /// What `max_bytes` comes from, for the error (`"the template's size_mb"`).
+    pub bytes_rule: &'static str,
 }
 
 /// What an unpack did.
@@ -129,8 +131,9 @@ pub fn unpack(
                 done.bytes += size;
                 if done.bytes > limits.max_bytes {
                     return Err(TarError(format!(
-                        "the archive unpacks to more than {} MiB",
-                        limits.max_bytes / (1024 * 1024)
+                        "the archive unpacks to more than {} MiB ({})",
+                        limits.max_bytes / (1024 * 1024),
+                        limits.bytes_rule
                     )));
                 }
                 let mut file = root
@@ -246,6 +249,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_bytes: 1 << 20,
         max_entries: 100,
+        bytes_rule: "the test's limit",
     };
 
     /// A tar built by hand: (path, type, mode, data / link target).
