@@ -99,6 +99,11 @@ struct ServerArgs {
     /// Idle seconds after which a persistent sandbox is hibernated (seed 003: 5 minutes).
     #[arg(long, env = "PANDASTACK_IDLE_HIBERNATE_SECONDS", default_value_t = 300)]
     idle_hibernate_seconds: i64,
+    /// Seconds a running sandbox's guest may leave health probes unanswered, counted only
+    /// while the host is not starved (CPU or IO pressure, a late event loop), before it is
+    /// marked `failed` and its instance destroyed. An instance that is gone is failed at once.
+    #[arg(long, env = "PANDASTACK_HEALTH_FAIL_AFTER_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(5..))]
+    health_fail_after_seconds: u64,
     /// MCP tool calls per second per workspace at `/mcp`, bursts of twice that (0: no limit).
     #[arg(long, env = "PANDASTACK_MCP_CALLS_PER_SECOND", default_value_t = pandastack_cli::commands::mcp::DEFAULT_CALLS_PER_SECOND)]
     mcp_calls_per_second: f64,
@@ -327,6 +332,7 @@ fn main() -> Result<()> {
                 restore_targets_max: a.restore_targets_max,
                 pool_max: a.pool_max,
                 idle_hibernate_seconds: a.idle_hibernate_seconds,
+                health_fail_after_seconds: a.health_fail_after_seconds,
                 shim_command: vec![exe.display().to_string(), "shim".into()],
                 mcp_calls_per_second: a.mcp_calls_per_second,
                 public_metrics: a.public_metrics,

@@ -119,6 +119,8 @@ pub struct ServerConfig {
     pub platform: String,
     /// Idle seconds before a persistent sandbox is hibernated.
     pub idle_hibernate_seconds: i64,
+    /// `--health-fail-after-seconds`: see [`HostConfig::health_fail_after_seconds`].
+    pub health_fail_after_seconds: u64,
     /// Pre-restored sandboxes per template (warm pool); 0 disables it.
     pub pool_size: usize,
     /// The most a template's pool grows to under bursts (`--pool-max`).
@@ -306,6 +308,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             restore_targets_max: cfg.restore_targets_max,
             scratch_dir: scratch_dir(&cfg.data_dir),
             idle_hibernate_seconds: cfg.idle_hibernate_seconds,
+            health_fail_after_seconds: cfg.health_fail_after_seconds,
             public_metrics: cfg.public_metrics,
             network: cfg.network.enabled.then_some(NetworkDefaults {
                 internet: cfg.network.internet_default,

@@ -4,7 +4,7 @@
 //! Every time here is the database's clock ([`Store::db_now_ms`] in SQL): hosts' own clocks
 //! never decide whether a lease has expired or a host is down.
 
-use crate::sandboxes::{event_from_row, EVENT_COLS};
+use crate::events::{event_from_row, EVENT_COLS};
 use crate::{now_sql, Backend, Col, EventRow, Store, StoreError};
 
 /// A host of the cluster as registered by its heartbeats.
@@ -59,7 +59,7 @@ impl Store {
         .bind(name)
         .bind(advertise_url)
         .bind(serde_json::to_string(capacity)?)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         Ok(())
     }
@@ -98,7 +98,7 @@ impl Store {
         let done = sqlx::query("UPDATE hosts SET state = $2 WHERE name = $1")
             .bind(name)
             .bind(state)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("host {name}")));
@@ -126,7 +126,7 @@ impl Store {
         .bind(sandbox_id)
         .bind(host)
         .bind(ttl_ms)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         Ok(())
     }
@@ -140,7 +140,7 @@ impl Store {
         sqlx::query("DELETE FROM leases WHERE sandbox_id = $1 AND host = $2")
             .bind(sandbox_id)
             .bind(host)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(())
     }
@@ -159,7 +159,7 @@ impl Store {
         ))
         .bind(host)
         .bind(ttl_ms)
-        .fetch_all(self.pool())
+        .fetch_all(self.writes())
         .await?;
         Ok(rows.iter().map(|r| r.text(0)).collect::<Result<_, _>>()?)
     }
@@ -178,7 +178,7 @@ impl Store {
             Backend::Postgres => "FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
         };
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writes().begin().await?;
         let expired = sqlx::query(&format!(
             "SELECT sandbox_id, host FROM leases WHERE expires_at <= {now}
              ORDER BY expires_at LIMIT $1 {lock}"

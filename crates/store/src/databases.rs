@@ -66,7 +66,7 @@ impl Store {
             .bind(d.last_active_at)
             .bind(d.deleted_at)
             .bind(&d.host)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(())
     }
@@ -118,7 +118,7 @@ impl Store {
     pub async fn remove_database(&self, id: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM databases WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(())
     }

@@ -74,7 +74,7 @@ impl Store {
             .bind(i.uploaded_at)
             .bind(i.attempts)
             .bind(&i.error)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(())
     }
@@ -126,7 +126,7 @@ impl Store {
                     .bind(why.to_string())
             }
         };
-        q.execute(self.pool()).await?;
+        q.execute(self.writes()).await?;
         Ok(())
     }
 
@@ -137,7 +137,7 @@ impl Store {
     pub async fn delete_image(&self, id: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM images WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(())
     }
@@ -162,7 +162,7 @@ impl Store {
         .bind(id)
         .bind(from)
         .bind(to)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         Ok(done.rows_affected() == 1)
     }

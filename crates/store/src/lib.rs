@@ -19,7 +19,9 @@ pub mod images;
 mod migrations;
 mod operations;
 mod rows;
+mod events;
 mod sandboxes;
+mod snapshots;
 mod settings;
 mod template_builds;
 mod volumes;
@@ -55,10 +57,30 @@ pub enum Backend {
 }
 
 /// Handle to the database. Cheap to share behind an `Arc`.
+///
+/// On a SQLite file, statements that write go through [`Store::writes`], a pool of one
+/// connection, and reads through a pool of [`SQLITE_READERS`]: SQLite admits one writer at a
+/// time, and several connections that wait for its lock each wait in SQLite's busy handler,
+/// whose budget ([`SQLITE_BUSY_TIMEOUT_MS`]) counts the sleeps it asks for, not wall time. On
+/// a starved host those sleeps overrun, and one write waited 28-54 s behind others (issue 23
+/// finding 11). One writer connection queues writes in order in the pool instead, where the
+/// wait is bounded by [`WRITE_QUEUE_TIMEOUT`]. PostgreSQL has one pool for both.
 pub struct Store {
     pool: AnyPool,
+    writer: AnyPool,
     backend: Backend,
 }
+
+/// Read connections of a SQLite store (its writes have one connection of their own).
+pub const SQLITE_READERS: u32 = 4;
+
+/// How long one SQLite connection retries a statement while another process holds the
+/// database's write lock, ms (SQLite's `busy_timeout`).
+pub const SQLITE_BUSY_TIMEOUT_MS: u32 = 5000;
+
+/// How long a write waits for the writer connection of a SQLite store before it fails with
+/// [`StoreError::Db`] (`PoolTimedOut`).
+pub const WRITE_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Store {
     /// Opens the SQLite database at `path` (created if needed) and applies pending migrations.
@@ -84,37 +106,27 @@ impl Store {
             Backend::Sqlite
         };
         let memory = url.contains(":memory:");
-        let mut opts = AnyPoolOptions::new()
-            .acquire_timeout(Duration::from_secs(10))
-            .max_connections(match (backend, memory) {
-                // One connection holds an in-memory database; a second would see another.
-                (_, true) => 1,
-                (Backend::Sqlite, false) => 4,
-                (Backend::Postgres, false) => 16,
-            });
-        if backend == Backend::Sqlite {
-            opts = opts.after_connect(|conn, _| {
-                Box::pin(async move {
-                    for pragma in [
-                        "PRAGMA journal_mode = WAL",
-                        "PRAGMA synchronous = NORMAL",
-                        "PRAGMA foreign_keys = ON",
-                        "PRAGMA busy_timeout = 5000",
-                    ] {
-                        sqlx::query(pragma).execute(&mut *conn).await?;
-                    }
-                    Ok(())
-                })
-            });
-        }
-        if memory {
-            opts = opts
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None);
-        }
-        let pool = opts.connect(url).await?;
-        let store = Store { pool, backend };
+        let pool = pool_options(backend, memory, match (backend, memory) {
+            // One connection holds an in-memory database; a second would see another.
+            (_, true) => 1,
+            (Backend::Sqlite, false) => SQLITE_READERS,
+            (Backend::Postgres, false) => 16,
+        })
+        .connect(url)
+        .await?;
+        let writer = if backend == Backend::Sqlite && !memory {
+            pool_options(backend, false, 1)
+                .acquire_timeout(WRITE_QUEUE_TIMEOUT)
+                .connect(url)
+                .await?
+        } else {
+            pool.clone()
+        };
+        let store = Store {
+            pool,
+            writer,
+            backend,
+        };
         migrations::apply(&store).await?;
         Ok(store)
     }
@@ -132,10 +144,16 @@ impl Store {
         self.backend
     }
 
-    /// The connection pool (for the backend-specific parts: migrations, PostgreSQL's
-    /// LISTEN/NOTIFY).
+    /// The connection pool for reads (and for the backend-specific parts: migrations,
+    /// PostgreSQL's LISTEN/NOTIFY).
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// The connection pool for statements that write (see [`Store`]): one connection on a
+    /// SQLite file, the shared pool otherwise.
+    pub fn writes(&self) -> &AnyPool {
+        &self.writer
     }
 
     /// The database's clock, Unix ms: the one clock every host of a cluster agrees on (leases
@@ -147,6 +165,36 @@ impl Store {
         let sql = format!("SELECT {}", now_sql(self.backend));
         Ok(sqlx::query(&sql).fetch_one(&self.pool).await?.try_get(0)?)
     }
+}
+
+/// Pool options for `backend` with `max` connections: SQLite connections get WAL, foreign
+/// keys and the busy timeout; an in-memory database keeps its one connection forever.
+fn pool_options(backend: Backend, memory: bool, max: u32) -> AnyPoolOptions {
+    let mut opts = AnyPoolOptions::new()
+        .acquire_timeout(Duration::from_secs(10))
+        .max_connections(max);
+    if backend == Backend::Sqlite {
+        opts = opts.after_connect(|conn, _| {
+            Box::pin(async move {
+                for pragma in [
+                    "PRAGMA journal_mode = WAL".to_string(),
+                    "PRAGMA synchronous = NORMAL".to_string(),
+                    "PRAGMA foreign_keys = ON".to_string(),
+                    format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"),
+                ] {
+                    sqlx::query(&pragma).execute(&mut *conn).await?;
+                }
+                Ok(())
+            })
+        });
+    }
+    if memory {
+        opts = opts
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None);
+    }
+    opts
 }
 
 /// SQL for the database's clock in Unix ms (an expression, for use inside statements).

@@ -20,7 +20,7 @@ impl Store {
         .bind(op.detail.to_string())
         .bind(op.started_at)
         .bind(&op.host)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         Ok(())
     }
@@ -32,7 +32,7 @@ impl Store {
     pub async fn delete_operation(&self, id: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM operations WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(())
     }

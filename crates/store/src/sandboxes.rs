@@ -1,16 +1,13 @@
-//! Sandboxes, code contexts, snapshots and events.
+//! Sandboxes and code contexts.
 
-use crate::{Col, ContextRow, EventRow, SandboxRow, SnapshotRow, Store, StoreError};
+use crate::events::{event_from_row, event_query};
+use crate::{Col, ContextRow, EventRow, SandboxRow, Store, StoreError};
 use sqlx::any::AnyRow;
 
 const SANDBOX_COLS: &str = "id, workspace_id, template, template_generation, status, cpu, memory_mb, metadata, envs,
     ttl_seconds, persistent, created_at, last_active_at, instance_id, instance_dir, rootfs, guest_dir, boot_ms,
     boot_mode, from_snapshot, hibernate_image, deleted_at, network, guest_ip, disk_mb, host,
     volumes";
-
-const SNAPSHOT_COLS: &str =
-    "id, workspace_id, sandbox_id, template, template_generation, cpu, memory_mb, rootfs,
-    guest_dir, image_dir, size_bytes, kernels, created_at, disk_mb, host, volumes";
 
 fn sandbox_from_row(r: &AnyRow) -> Result<SandboxRow, sqlx::Error> {
     Ok(SandboxRow {
@@ -52,43 +49,40 @@ fn sandbox_from_row(r: &AnyRow) -> Result<SandboxRow, sqlx::Error> {
     })
 }
 
-/// The columns [`event_from_row`] reads, in its order.
-pub(crate) const EVENT_COLS: &str =
-    "seq, workspace_id, sandbox_id, from_state, to_state, cause, at, subject";
+pub(crate) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
-fn snapshot_from_row(r: &AnyRow) -> Result<SnapshotRow, sqlx::Error> {
-    let kernels = r.text(11)?;
-    Ok(SnapshotRow {
-        id: r.text(0)?,
-        workspace_id: r.text(1)?,
-        sandbox_id: r.text(2)?,
-        template: r.text(3)?,
-        template_generation: r.int(4)?,
-        cpu: r.uint(5)?,
-        memory_mb: r.uint(6)?,
-        rootfs: r.text(7)?,
-        guest_dir: r.text(8)?,
-        image_dir: r.text(9)?,
-        size_bytes: r.int(10)?,
-        kernels: serde_json::from_str(&kernels).unwrap_or(serde_json::Value::Null),
-        created_at: r.int(12)?,
-        disk_mb: r.opt_uint(13)?,
-        host: r.text(14)?,
-        volumes: r.json(15)?,
-    })
-}
-
-pub(crate) fn event_from_row(r: &AnyRow) -> Result<EventRow, sqlx::Error> {
-    Ok(EventRow {
-        seq: r.int(0)?,
-        workspace_id: r.text(1)?,
-        sandbox_id: r.text(2)?,
-        from_state: r.text(3)?,
-        to_state: r.text(4)?,
-        cause: r.text(5)?,
-        at: r.int(6)?,
-        subject: r.text(7)?,
-    })
+/// The whole-row upsert of `s` (see [`Store::put_sandbox`]).
+fn put_sandbox_query(s: &SandboxRow) -> Result<AnyQuery<'_>, StoreError> {
+    static SQL: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| crate::upsert_sql("sandboxes", SANDBOX_COLS));
+    Ok(sqlx::query(&SQL)
+        .bind(&s.id)
+        .bind(&s.workspace_id)
+        .bind(&s.template)
+        .bind(s.template_generation)
+        .bind(&s.status)
+        .bind(i64::from(s.cpu))
+        .bind(i64::from(s.memory_mb))
+        .bind(serde_json::to_string(&s.metadata)?)
+        .bind(serde_json::to_string(&s.envs)?)
+        .bind(s.ttl_seconds)
+        .bind(i64::from(s.persistent))
+        .bind(s.created_at)
+        .bind(s.last_active_at)
+        .bind(&s.instance_id)
+        .bind(&s.instance_dir)
+        .bind(&s.rootfs)
+        .bind(&s.guest_dir)
+        .bind(s.boot_ms)
+        .bind(&s.boot_mode)
+        .bind(&s.from_snapshot)
+        .bind(&s.hibernate_image)
+        .bind(s.deleted_at)
+        .bind(s.network.as_ref().map(|v| v.to_string()))
+        .bind(&s.guest_ip)
+        .bind(s.disk_mb.map(i64::from))
+        .bind(&s.host)
+        .bind(serde_json::to_string(&s.volumes)?))
 }
 
 impl Store {
@@ -97,39 +91,33 @@ impl Store {
     /// # Errors
     /// [`StoreError::Db`] or [`StoreError::Json`].
     pub async fn put_sandbox(&self, s: &SandboxRow) -> Result<(), StoreError> {
-        static SQL: std::sync::LazyLock<String> =
-            std::sync::LazyLock::new(|| crate::upsert_sql("sandboxes", SANDBOX_COLS));
-        sqlx::query(&SQL)
-            .bind(&s.id)
-            .bind(&s.workspace_id)
-            .bind(&s.template)
-            .bind(s.template_generation)
-            .bind(&s.status)
-            .bind(i64::from(s.cpu))
-            .bind(i64::from(s.memory_mb))
-            .bind(serde_json::to_string(&s.metadata)?)
-            .bind(serde_json::to_string(&s.envs)?)
-            .bind(s.ttl_seconds)
-            .bind(i64::from(s.persistent))
-            .bind(s.created_at)
-            .bind(s.last_active_at)
-            .bind(&s.instance_id)
-            .bind(&s.instance_dir)
-            .bind(&s.rootfs)
-            .bind(&s.guest_dir)
-            .bind(s.boot_ms)
-            .bind(&s.boot_mode)
-            .bind(&s.from_snapshot)
-            .bind(&s.hibernate_image)
-            .bind(s.deleted_at)
-            .bind(s.network.as_ref().map(|v| v.to_string()))
-            .bind(&s.guest_ip)
-            .bind(s.disk_mb.map(i64::from))
-            .bind(&s.host)
-            .bind(serde_json::to_string(&s.volumes)?)
-            .execute(self.pool())
-            .await?;
+        put_sandbox_query(s)?.execute(self.writes()).await?;
         Ok(())
+    }
+
+    /// Writes a sandbox row and the event of its state change in one transaction (issue 23
+    /// finding 11: the store never says `running` for a sandbox whose `failed` event is
+    /// missing, nor the reverse). `from` and `to` are the states the event records; the row
+    /// is written whole, as [`Store::put_sandbox`] does. Returns the event with its sequence
+    /// number.
+    ///
+    /// # Errors
+    /// [`StoreError::Db`] (nothing is written) or [`StoreError::Json`].
+    pub async fn put_sandbox_with_event(
+        &self,
+        s: &SandboxRow,
+        from: &str,
+        to: &str,
+        cause: &str,
+        at: i64,
+    ) -> Result<EventRow, StoreError> {
+        let mut tx = self.writes().begin().await?;
+        put_sandbox_query(s)?.execute(&mut *tx).await?;
+        let row = event_query(EventRow::SANDBOX, &s.workspace_id, &s.id, from, to, cause, at)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(event_from_row(&row)?)
     }
 
     /// A sandbox by id, deleted or not.
@@ -216,7 +204,7 @@ impl Store {
         ] {
             sqlx::query(&format!("UPDATE {table} SET host = $1 WHERE host <> $1"))
                 .bind(host)
-                .execute(self.pool())
+                .execute(self.writes())
                 .await?;
         }
         Ok(())
@@ -237,7 +225,7 @@ impl Store {
         .bind(&c.language)
         .bind(c.created_at)
         .bind(c.closed_at)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         Ok(())
     }
@@ -283,7 +271,7 @@ impl Store {
         .bind(sandbox_id)
         .bind(id)
         .bind(now)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("code context {id}")));
@@ -291,189 +279,6 @@ impl Store {
         Ok(())
     }
 
-    /// Inserts a snapshot row.
-    ///
-    /// # Errors
-    /// [`StoreError::Db`].
-    pub async fn insert_snapshot(&self, s: &SnapshotRow) -> Result<(), StoreError> {
-        sqlx::query(&format!(
-            "INSERT INTO snapshots ({SNAPSHOT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
-        ))
-        .bind(&s.id)
-        .bind(&s.workspace_id)
-        .bind(&s.sandbox_id)
-        .bind(&s.template)
-        .bind(s.template_generation)
-        .bind(i64::from(s.cpu))
-        .bind(i64::from(s.memory_mb))
-        .bind(&s.rootfs)
-        .bind(&s.guest_dir)
-        .bind(&s.image_dir)
-        .bind(s.size_bytes)
-        .bind(s.kernels.to_string())
-        .bind(s.created_at)
-        .bind(s.disk_mb.map(i64::from))
-        .bind(&s.host)
-        .bind(serde_json::to_string(&s.volumes)?)
-        .execute(self.pool())
-        .await?;
-        Ok(())
-    }
-
-    /// Snapshots of a workspace, newest first, optionally of one sandbox.
-    ///
-    /// # Errors
-    /// [`StoreError::Db`].
-    pub async fn list_snapshots(
-        &self,
-        workspace_id: &str,
-        sandbox_id: Option<&str>,
-    ) -> Result<Vec<SnapshotRow>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SNAPSHOT_COLS} FROM snapshots
-             WHERE workspace_id = $1 AND ($2 IS NULL OR sandbox_id = $2) ORDER BY created_at DESC"
-        ))
-        .bind(workspace_id)
-        .bind(sandbox_id)
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows
-            .iter()
-            .map(snapshot_from_row)
-            .collect::<Result<_, _>>()?)
-    }
-
-    /// A snapshot by id within a workspace.
-    ///
-    /// # Errors
-    /// [`StoreError::Db`].
-    pub async fn snapshot(
-        &self,
-        workspace_id: &str,
-        id: &str,
-    ) -> Result<Option<SnapshotRow>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {SNAPSHOT_COLS} FROM snapshots WHERE workspace_id = $1 AND id = $2"
-        ))
-        .bind(workspace_id)
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await?;
-        Ok(row.as_ref().map(snapshot_from_row).transpose()?)
-    }
-
-    /// Bytes held by a workspace's snapshots.
-    ///
-    /// # Errors
-    /// [`StoreError::Db`].
-    pub async fn snapshot_bytes(&self, workspace_id: &str) -> Result<u64, StoreError> {
-        let row = sqlx::query(
-            "SELECT CAST(COALESCE(SUM(size_bytes), 0) AS BIGINT) FROM snapshots WHERE workspace_id = $1",
-        )
-        .bind(workspace_id)
-        .fetch_one(self.pool())
-        .await?;
-        let total = row.int(0)?;
-        Ok(total.max(0) as u64)
-    }
-
-    /// Deletes a snapshot row.
-    ///
-    /// # Errors
-    /// [`StoreError::NotFound`] when the workspace has no such snapshot.
-    pub async fn delete_snapshot(&self, workspace_id: &str, id: &str) -> Result<(), StoreError> {
-        let done = sqlx::query("DELETE FROM snapshots WHERE workspace_id = $1 AND id = $2")
-            .bind(workspace_id)
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound(format!("snapshot {id}")));
-        }
-        Ok(())
-    }
-
-    /// Appends a lifecycle event and returns it with its sequence number.
-    ///
-    /// # Errors
-    /// [`StoreError::Db`].
-    pub async fn insert_event(
-        &self,
-        workspace_id: &str,
-        sandbox_id: &str,
-        from: &str,
-        to: &str,
-        cause: &str,
-        at: i64,
-    ) -> Result<EventRow, StoreError> {
-        self.insert_subject_event(
-            EventRow::SANDBOX,
-            workspace_id,
-            sandbox_id,
-            from,
-            to,
-            cause,
-            at,
-        )
-        .await
-    }
-
-    /// Records a transition of `subject` ([`EventRow::SANDBOX`] or [`EventRow::DATABASE`])
-    /// `id`.
-    ///
-    /// # Errors
-    /// [`StoreError::Db`].
-    #[allow(clippy::too_many_arguments)]
-    pub async fn insert_subject_event(
-        &self,
-        subject: &str,
-        workspace_id: &str,
-        id: &str,
-        from: &str,
-        to: &str,
-        cause: &str,
-        at: i64,
-    ) -> Result<EventRow, StoreError> {
-        let row = sqlx::query(&format!(
-            "INSERT INTO events (workspace_id, subject, sandbox_id, from_state, to_state, cause, at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {EVENT_COLS}"
-        ))
-        .bind(workspace_id)
-        .bind(subject)
-        .bind(id)
-        .bind(from)
-        .bind(to)
-        .bind(cause)
-        .bind(at)
-        .fetch_one(self.pool())
-        .await?;
-        Ok(event_from_row(&row)?)
-    }
-
-    /// Events of a workspace after sequence number `after`, optionally of one sandbox, oldest
-    /// first, at most `limit`.
-    ///
-    /// # Errors
-    /// [`StoreError::Db`].
-    pub async fn events(
-        &self,
-        workspace_id: &str,
-        sandbox_id: Option<&str>,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<EventRow>, StoreError> {
-        let rows = sqlx::query(
-            &format!("SELECT {EVENT_COLS} FROM events
-             WHERE workspace_id = $1 AND ($2 IS NULL OR sandbox_id = $2) AND seq > $3 ORDER BY seq LIMIT $4"),
-        )
-        .bind(workspace_id)
-        .bind(sandbox_id)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows.iter().map(event_from_row).collect::<Result<_, _>>()?)
-    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ impl Store {
         )
         .bind(key)
         .bind(make())
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         let row = sqlx::query("SELECT value FROM settings WHERE key = $1")
             .bind(key)

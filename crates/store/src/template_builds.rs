@@ -55,7 +55,7 @@ impl Store {
             .bind(b.started_at)
             .bind(b.ended_at)
             .bind(&b.host)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(())
     }
@@ -141,7 +141,7 @@ impl Store {
         for id in &ids {
             sqlx::query("DELETE FROM template_builds WHERE id = $1")
                 .bind(id)
-                .execute(self.pool())
+                .execute(self.writes())
                 .await?;
         }
         Ok(ids)

@@ -34,7 +34,7 @@ impl Store {
         .bind(i64::from(v.size_mb))
         .bind(v.created_at)
         .bind(&v.host)
-        .execute(self.pool())
+        .execute(self.writes())
         .await;
         match done {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -118,7 +118,7 @@ impl Store {
             .bind(id)
             .bind(from)
             .bind(to)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -131,7 +131,7 @@ impl Store {
         let done = sqlx::query("UPDATE volumes SET size_mb = $2 WHERE id = $1")
             .bind(id)
             .bind(i64::from(size_mb))
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("volume {id}")));
@@ -146,7 +146,7 @@ impl Store {
     pub async fn delete_volume(&self, id: &str) -> Result<(), StoreError> {
         let done = sqlx::query("DELETE FROM volumes WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("volume {id}")));

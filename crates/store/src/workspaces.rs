@@ -28,7 +28,7 @@ impl Store {
             .bind(&w.id)
             .bind(&w.name)
             .bind(w.created_at)
-            .execute(self.pool())
+            .execute(self.writes())
             .await?;
         Ok(())
     }
@@ -71,7 +71,7 @@ impl Store {
         .bind(k.created_at)
         .bind(k.expires_at)
         .bind(k.revoked_at)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         Ok(())
     }
@@ -120,7 +120,7 @@ impl Store {
         .bind(workspace_id)
         .bind(prefix)
         .bind(now)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("token {prefix}")));

@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 /// How long a fresh guest may take to answer its first handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+/// First wait before [`Host::fail`] writes the `failed` state again after the store refused it.
+const STORE_RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between two such tries.
+const STORE_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// A validated create request.
 #[derive(Debug, Clone)]
@@ -265,8 +269,24 @@ impl Host {
             r.guest_ip = None;
             (r.instance_id.take(), r.instance_dir.take())
         };
-        if let Err(e) = self.set_state(live, SandboxState::Failed, cause).await {
-            tracing::warn!(sandbox_id = %live.id, error = %e, "marking sandbox failed");
+        // The store says `failed` (with its event) before the instance is destroyed, so it
+        // never says `running` for a destroyed instance (issue 23 finding 11): a store that is
+        // locked or unreachable is retried until it answers.
+        let mut wait = STORE_RETRY_FIRST;
+        loop {
+            match self.set_state(live, SandboxState::Failed, cause).await {
+                Ok(()) => break,
+                Err(ApiError::Internal(e)) => {
+                    tracing::warn!(sandbox_id = %live.id, error = %e, retry_in_ms = wait.as_millis() as u64, "marking sandbox failed: store write failed, retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(STORE_RETRY_MAX);
+                }
+                // Not a store failure (e.g. the sandbox is already failed or deleted).
+                Err(e) => {
+                    tracing::warn!(sandbox_id = %live.id, error = %e, "marking sandbox failed");
+                    break;
+                }
+            }
         }
         if let (Some(id), Some(dir)) = (id, dir) {
             let _ = self.engine.destroy(&id, std::path::Path::new(&dir)).await;

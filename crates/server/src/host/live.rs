@@ -9,8 +9,6 @@ use tokio::sync::{Mutex, RwLock};
 
 /// How long a request waits for a guest connection to come up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a health probe may spend connecting (issue 8: probes time out in about 1 s).
-pub const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a request whose guest channel closed waits for the verdict on the sandbox (died
 /// or not) before it answers 503: a few [`super::health::DEATH_POLL`]s.
 pub const CHANNEL_LOST_WAIT: Duration = Duration::from_millis(1000);
@@ -34,8 +32,10 @@ pub struct Live {
     pub gate: std::sync::Arc<RwLock<()>>,
     /// What the sandbox's commands and kernels printed.
     pub log: super::logs::SandboxLog,
-    /// Consecutive failed health probes.
-    failed_probes: std::sync::atomic::AtomicU32,
+    /// The guest's silence to health probes (health.rs).
+    pub(super) silence: std::sync::Mutex<super::health::Silence>,
+    /// Set while a health probe of this sandbox runs: one at a time (health.rs).
+    pub(super) probing: std::sync::atomic::AtomicBool,
     /// Why the sandbox failed (or is being failed right now), as this process saw it: what
     /// requests to it answer (issue 8: "409 `sandbox failed: out of memory` at once").
     failure: std::sync::Mutex<Option<String>>,
@@ -57,7 +57,8 @@ impl Live {
             connecting: Mutex::new(()),
             active: Default::default(),
             gate: std::sync::Arc::new(RwLock::new(())),
-            failed_probes: Default::default(),
+            silence: Default::default(),
+            probing: Default::default(),
             failure: Default::default(),
             cpu_sample: Default::default(),
             log: Default::default(),
@@ -107,19 +108,19 @@ impl Live {
     }
 
     /// The connection for a health probe: the current one, or a new one made within
-    /// [`PROBE_CONNECT_TIMEOUT`]. None when a request is connecting right now (the probe then
-    /// skips this round rather than queue behind it).
+    /// `timeout`. None when a request is connecting right now (the probe then skips this
+    /// round rather than queue behind it).
     ///
     /// # Errors
-    /// As [`Live::guest`], after about 1 s.
-    pub async fn probe_conn(&self) -> Result<Option<GuestConn>, ApiError> {
+    /// As [`Live::guest`], after at most `timeout`.
+    pub async fn probe_conn(&self, timeout: Duration) -> Result<Option<GuestConn>, ApiError> {
         if let Some(c) = self.current_conn().await {
             return Ok(Some(c));
         }
         let Ok(_connecting) = self.connecting.try_lock() else {
             return Ok(None);
         };
-        self.connect(PROBE_CONNECT_TIMEOUT).await.map(Some)
+        self.connect(timeout).await.map(Some)
     }
 
     async fn current_conn(&self) -> Option<GuestConn> {
@@ -182,17 +183,6 @@ impl Live {
 
     pub fn gate_arc(&self) -> std::sync::Arc<RwLock<()>> {
         self.gate.clone()
-    }
-
-    /// Records a health probe; returns the number of consecutive failures.
-    pub fn record_probe(&self, ok: bool) -> u32 {
-        use std::sync::atomic::Ordering;
-        if ok {
-            self.failed_probes.store(0, Ordering::SeqCst);
-            0
-        } else {
-            self.failed_probes.fetch_add(1, Ordering::SeqCst) + 1
-        }
     }
 
     /// Records a cumulative CPU time sample (ns) taken now.

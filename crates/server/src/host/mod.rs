@@ -17,6 +17,7 @@ pub mod network;
 mod operations;
 mod pause;
 mod pool;
+pub mod pressure;
 mod ready;
 mod recover;
 pub mod shared_builds;
@@ -57,6 +58,10 @@ pub struct HostConfig {
     pub default_ttl_seconds: i64,
     /// Idle time after which a persistent sandbox is hibernated, seconds (seed 003: 300).
     pub idle_hibernate_seconds: i64,
+    /// How long a running sandbox's guest may stay silent to health probes, seconds, counted
+    /// only while the host is not starved, before it is failed (issue 23 finding 11; see
+    /// `health.rs`).
+    pub health_fail_after_seconds: u64,
     /// Pre-restored sandboxes kept per template at least (0 disables the warm pool).
     pub pool_size: usize,
     /// The most a template's pool grows to under bursts of creates.
@@ -143,6 +148,8 @@ pub struct Host {
     manifests: Mutex<HashMap<PathBuf, String>>,
     /// Template builds published to and fetched from the object store (shared_builds.rs).
     shared_builds: shared_builds::SharedBuilds,
+    /// Whether the host is starved right now (pressure.rs), for the health monitor.
+    pub pressure: Arc<pressure::Pressure>,
 }
 
 impl Host {
@@ -170,6 +177,7 @@ impl Host {
             volume_holds: volumes::Holds::default(),
             manifests: Mutex::default(),
             shared_builds: shared_builds::SharedBuilds::default(),
+            pressure: Arc::default(),
         })
     }
 
@@ -257,22 +265,18 @@ impl Host {
                 .acquire_lease(&row.id, &self.cfg.host_name, LEASE_TTL_MS)
                 .await?;
         }
-        row.status = to.as_str().to_string();
+        // The row changes only once the store has it and its event (one transaction, issue
+        // 23 finding 11), so a failed write leaves both as they were and may be retried.
+        let mut next = row.clone();
+        next.status = to.as_str().to_string();
         if to == SandboxState::Deleted {
-            row.deleted_at = Some(now_ms());
+            next.deleted_at = Some(now_ms());
         }
-        self.store.put_sandbox(&row).await?;
         let ev = self
             .store
-            .insert_event(
-                &row.workspace_id,
-                &row.id,
-                from.as_str(),
-                to.as_str(),
-                cause,
-                now_ms(),
-            )
+            .put_sandbox_with_event(&next, from.as_str(), to.as_str(), cause, now_ms())
             .await?;
+        *row = next;
         if self.cfg.cluster && holds(from) && !holds(to) {
             self.store
                 .release_lease(&row.id, &self.cfg.host_name)
