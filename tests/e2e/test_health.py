@@ -183,6 +183,11 @@ def test_a_starved_host_keeps_its_sandboxes(health_server):
         for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+    # The monitor did probe them and found them silent: they were kept, not ignored.
+    log = srv.log.read_text(errors="replace").splitlines()
+    for sid in sids:
+        kept = [l for l in log if sid in l and "keeping the sandbox" in l]
+        assert kept, f"{sid}: the monitor never found the stopped guest silent"
     # A probe round or two on a quiet host: every guest answers again.
     time.sleep(8)
     for sid in sids:

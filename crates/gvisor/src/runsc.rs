@@ -54,6 +54,8 @@ impl Runsc {
             .args(self.global_args(None, false))
             .args(args)
             .stdin(std::process::Stdio::null())
+            // A caller that stops waiting (a timeout) ends runsc too.
+            .kill_on_drop(true)
             .output()
             .await?;
         if out.status.success() {

@@ -2,7 +2,6 @@
 
 use crate::{Col, SnapshotRow, Store, StoreError};
 use sqlx::any::AnyRow;
-use sqlx::Row;
 
 const SNAPSHOT_COLS: &str =
     "id, workspace_id, sandbox_id, template, template_generation, cpu, memory_mb, rootfs,

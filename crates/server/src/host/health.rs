@@ -42,6 +42,8 @@ const ENGINE_EVERY: u64 = 6;
 pub const FIRST_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest a probe waits for an answer (the timeout doubles up to it).
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(16);
+/// How long the health monitor waits for the engine to say whether an instance is there.
+const ENGINE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most one gap between two unanswered probes adds to a guest's silence (a server that
 /// was stopped, or a probe that waited long, does not count in full).
 const MAX_SILENT_STEP: Duration = Duration::from_secs(30);
@@ -226,12 +228,17 @@ impl Host {
             Err(_) => false,
         };
         let gone = if !answered || check_engine {
-            match self.engine.status(&iid).await {
-                Ok(InstanceStatus::Stopped | InstanceStatus::Missing) => true,
-                Ok(InstanceStatus::Running | InstanceStatus::Paused) => false,
-                // The engine could not tell (e.g. `runsc state` timed out on a busy host).
-                Err(e) => {
+            match tokio::time::timeout(ENGINE_TIMEOUT, self.engine.status(&iid)).await {
+                Ok(Ok(InstanceStatus::Stopped | InstanceStatus::Missing)) => true,
+                Ok(Ok(InstanceStatus::Running | InstanceStatus::Paused)) => false,
+                // The engine could not tell: `runsc state` asks the sandbox itself, which does
+                // not answer while it is stopped or starved.
+                Ok(Err(e)) => {
                     warn!(sandbox_id = %live.id, error = %e, "health: asking the engine about the instance");
+                    false
+                }
+                Err(_) => {
+                    warn!(sandbox_id = %live.id, timeout_ms = ENGINE_TIMEOUT.as_millis() as u64, "health: the engine did not say whether the instance is there");
                     false
                 }
             }

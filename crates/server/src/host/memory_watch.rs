@@ -103,7 +103,7 @@ impl Host {
         }
         let (host, live) = (self.clone(), live.clone());
         tokio::spawn(async move {
-            let sent = match live.probe_conn().await {
+            let sent = match live.probe_conn(super::health::FIRST_TIMEOUT).await {
                 Ok(Some(conn)) => match ping(&conn, near).await {
                     Some(GuestMsg::Pong { oom_kills, .. }) => {
                         // The kills a Pong carries are reported once: record them here.
