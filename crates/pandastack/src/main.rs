@@ -114,6 +114,14 @@ struct ServerArgs {
     /// 10.200.0.0-10.254.255.255, kept for this data dir.
     #[arg(long, env = "PANDASTACK_SANDBOX_CIDR")]
     sandbox_cidr: Option<String>,
+    /// A host service every sandbox may reach, TCP and UDP, whatever its policy: A.B.C.D:PORT,
+    /// repeatable (a tenant's allow_out never opens the host).
+    #[arg(
+        long = "allow-host-service",
+        env = "PANDASTACK_ALLOW_HOST_SERVICE",
+        value_delimiter = ','
+    )]
+    allow_host_service: Vec<String>,
     /// Network namespaces made ahead of time (restores and forks take one at once).
     #[arg(long, env = "PANDASTACK_NETNS_STOCK", default_value_t = 8)]
     netns_stock: usize,
@@ -369,6 +377,7 @@ fn main() -> Result<()> {
                     internet_default: a.sandbox_egress == "allow",
                     cidr: a.sandbox_cidr,
                     netns_stock: a.netns_stock,
+                    host_services: a.allow_host_service,
                     preview_host_suffix: a.preview_host_suffix,
                     public_previews: a.public_previews,
                 },
