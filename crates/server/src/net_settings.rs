@@ -27,6 +27,9 @@ pub struct NetworkSettings {
     /// TCP and UDP, whatever its policy (issue 23 finding 2: a tenant's `allow_out` never
     /// opens the host).
     pub host_services: Vec<String>,
+    /// `--sandbox-resolver`: the DNS resolver behind every sandbox's `10.0.2.3` (default: the
+    /// first usable nameserver of `/etc/resolv.conf`).
+    pub resolver: Option<String>,
 }
 
 /// Parses the `--allow-host-service` values: `A.B.C.D:PORT`, port 1-65535.
@@ -75,6 +78,12 @@ pub fn network_config(
         cidr,
         stock: cfg.network.netns_stock,
         host_services: host_services(&cfg.network.host_services)?,
+        resolver: match cfg.network.resolver.as_deref() {
+            None => None,
+            Some(r) => Some(r.parse().map_err(|_| {
+                StartError::Config(format!("--sandbox-resolver: '{r}' is not an IPv4 address"))
+            })?),
+        },
     }))
 }
 

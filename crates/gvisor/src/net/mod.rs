@@ -52,6 +52,9 @@ pub struct NetConfig {
     /// the server may reach whatever its policy. Only the operator opens the host (issue 23
     /// finding 2); none may lie in the sandbox network.
     pub host_services: Vec<SocketAddrV4>,
+    /// `--sandbox-resolver`: the resolver sandboxes' DNS goes to; `None`: the first usable
+    /// nameserver of the host's `/etc/resolv.conf`.
+    pub resolver: Option<Ipv4Addr>,
 }
 
 /// What an instance directory records of its network (`net.json`), so a restarted server
@@ -150,7 +153,7 @@ impl Networks {
         }
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
             .map_err(|e| format!("enabling IPv4 forwarding: {e}"))?;
-        let resolvers = cidr::resolvers();
+        let resolvers = cfg.resolver.map_or_else(cidr::resolvers, |r| vec![r]);
         if resolvers.is_empty() {
             warn!("no nameserver in /etc/resolv.conf that sandboxes can reach; DNS inside sandboxes will fail");
         }
