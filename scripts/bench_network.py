@@ -23,6 +23,7 @@ import http.server
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,7 +87,13 @@ def host_address() -> str:
     return re.search(r"src (\S+)", out).group(1)
 
 
-def bench_egress(srv: BenchServer, size_mb: int, runs: int) -> List[float]:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]
+
+
+def bench_egress(srv: BenchServer, size_mb: int, runs: int, port: int) -> List[float]:
     import requests
 
     tmp = Path(tempfile.mkdtemp(prefix="pandastack-bench-egress-"))
@@ -96,12 +103,14 @@ def bench_egress(srv: BenchServer, size_mb: int, runs: int) -> List[float]:
         def log_message(self, *a) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("0.0.0.0", 0), lambda *a, **k: Quiet(*a, directory=str(tmp), **k))
+    # The server was started with `--allow-host-service <host>:<port>`: no tenant policy opens
+    # the host (issue 23 finding 2).
+    httpd = http.server.ThreadingHTTPServer(("0.0.0.0", port), lambda *a, **k: Quiet(*a, directory=str(tmp), **k))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     addr = f"{host_address()}:{httpd.server_address[1]}"
     resp = requests.post(
         f"{srv.url}/v1/sandboxes", headers={"Authorization": f"Bearer {srv.key}"}, timeout=120,
-        json={"template": "base", "allow_internet_access": False, "network": {"allow_out": [addr]}},
+        json={"template": "base", "allow_internet_access": False},
     )
     resp.raise_for_status()
     sb = srv.client.sandboxes.get(resp.json()["id"])
@@ -131,7 +140,9 @@ def main() -> int:
     log = {"PANDASTACK_LOG": "info,pandastack_gvisor::net=debug"}
     servers = []
     try:
-        net = BenchServer(Path(a.bin), templates, root, "net", env=log)
+        egress_port = free_port()
+        net = BenchServer(Path(a.bin), templates, root, "net",
+                          ["--allow-host-service", f"{host_address()}:{egress_port}"], env=log)
         servers.append(net)
         plain = BenchServer(Path(a.bin), templates, root, "plain", ["--sandbox-network", "none"], env=log)
         servers.append(plain)
@@ -144,13 +155,13 @@ def main() -> int:
         rows.append(("proxy round trip (GET through `/proxy/8000/`)", bench_proxy(net, a.proxy_runs)))
         rows.append(("network namespace setup (server's own timing)", namespace_ms(net)))
         print("bench: egress", file=sys.stderr)
-        speeds = bench_egress(net, a.egress_mb, 3)
+        speeds = bench_egress(net, a.egress_mb, 3, egress_port)
         print("\nPandaStack networking through the Python SDK\n")
         print("| operation | runs | P50 (ms) | P99 (ms) |")
         print("|---|---:|---:|---:|")
         for name, samples in rows:
             print(f"| {name} | {len(samples)} | {percentile(samples, 50):.1f} | {percentile(samples, 99):.1f} |")
-        print(f"\negress throughput, {a.egress_mb} MB from a host HTTP server allowed by `allow_out`: "
+        print(f"\negress throughput, {a.egress_mb} MB from a host HTTP server opened by `--allow-host-service`: "
               f"median {sorted(speeds)[1]:.0f} MB/s (runs: {', '.join(f'{s:.0f}' for s in speeds)})")
         return 0
     finally:

@@ -23,6 +23,8 @@ import pytest
 # a veth, so a packet that got past the sandbox's policy would still end here, on this machine.
 PRIVATE_ADDR = "10.99.0.1"
 PRIVATE_PORT = 8080
+# The namespace holding PRIVATE_ADDR (made by the `private_target` fixture).
+PRIVATE_NS = f"pstest-{os.getpid() % 100000}"
 
 
 def server_tag(data_dir: Path) -> str:
@@ -130,7 +132,7 @@ def private_target():
     """`PRIVATE_ADDR:PRIVATE_PORT`: an HTTP listener in a network namespace this fixture makes,
     on a veth from the host with a host route to 10.99.0.0/24."""
     n = os.getpid() % 100000
-    ns, host_if, ns_if = f"pstest-{n}", f"pst{n}h", f"pst{n}n"
+    ns, host_if, ns_if = PRIVATE_NS, f"pst{n}h", f"pst{n}n"
 
     def sh(*cmd: str) -> None:
         subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)

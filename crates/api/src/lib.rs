@@ -98,8 +98,11 @@ pub struct CreateSandbox {
 }
 
 /// Egress lists of a sandbox (issue 7). Entries are `A.B.C.D`, `A.B.C.D/N`, `A.B.C.D:PORT` or
-/// `A.B.C.D/N:PORT`. `allow_out` wins over `deny_out` and opens even the ranges blocked by
-/// default (private ranges, link-local, the host, other sandboxes).
+/// `A.B.C.D/N:PORT`. `allow_out` wins over `deny_out` and opens even the private ranges blocked
+/// by default (10/8, 172.16/12, 192.168/16, link-local), but never the host or another sandbox:
+/// an entry overlapping the server's sandbox network, `10.0.2.0/24` or an address of the host
+/// is a 400 naming it (issue 23 findings 1 and 2; the operator opens a host service with
+/// `--allow-host-service`). Without internet access the resolver is closed too.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]

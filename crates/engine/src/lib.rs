@@ -17,7 +17,7 @@ mod volume;
 
 pub use network::{
     EgressRule, EgressRuleError, InstanceNetwork, NetworkPolicy, DNS_ADDR, GATEWAY_ADDR,
-    GUEST_ADDR, GUEST_PREFIX,
+    GUEST_ADDR, GUEST_NET, GUEST_PREFIX,
 };
 pub use volume::{VolumeMount, VolumeUsage, VOLUMES_DIR};
 

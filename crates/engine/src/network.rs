@@ -22,15 +22,23 @@ pub const GATEWAY_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 /// forwards it to the host's resolver.
 pub const DNS_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 
+/// The inside network every sandbox sees (`10.0.2.0/24`: its own address, the gateway, the
+/// resolver). No policy opens it (issue 23 finding 2): the host's services on it are the
+/// operator's to open.
+pub const GUEST_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 0, 2, 0), GUEST_PREFIX);
+
 /// Outbound traffic an instance may send. Traffic from the host to the sandbox (the port
 /// proxy) is always allowed; another sandbox never reaches it.
 ///
-/// Evaluation order, first match wins: established flows; `allow_out`; `deny_out`; DNS to
-/// the host's resolver (when `internet` is true or `allow_out` is not empty); the always-blocked
-/// destinations (the host itself, other sandboxes, `0/8`, `10/8`, `100.64/10`, `127/8`,
-/// `169.254/16`, `172.16/12`, `192.168/16`, multicast and reserved ranges); then `internet`.
-/// So an `allow_out` entry opens exactly that destination even without internet access, the
-/// E2B rule that allow wins over deny.
+/// Evaluation order, first match wins: established flows; the host services every sandbox
+/// reaches (the database front end's ports, the operator's `--allow-host-service`); DNS to the
+/// host's resolver when `internet` is true; then, whatever the lists say (issue 23 findings 1
+/// and 2), the host itself (its addresses, broadcast and multicast), other sandboxes and
+/// [`GUEST_NET`] are refused; then `allow_out`; `deny_out`; the always-blocked private ranges
+/// (`0/8`, `10/8`, `100.64/10`, `127/8`, `169.254/16`, `172.16/12`, `192.168/16`, `224/3`);
+/// then `internet`. So an `allow_out` entry opens exactly that destination even without
+/// internet access (the E2B rule that allow wins over deny), but never the host or another
+/// sandbox; the API refuses such an entry with a 400.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkPolicy {
     /// Public destinations allowed (REST `allow_internet_access`, default from the server's
@@ -54,9 +62,11 @@ impl NetworkPolicy {
         }
     }
 
-    /// True when the sandbox may query DNS through the host's resolver.
+    /// True when the sandbox may query DNS through the host's resolver: only with internet
+    /// access. Without it the resolver's port 53 is closed too, whatever `allow_out` says, so
+    /// it is no channel for other payloads (issue 23 finding 12).
     pub fn allows_dns(&self) -> bool {
-        self.internet || !self.allow_out.is_empty()
+        self.internet
     }
 }
 
@@ -113,6 +123,16 @@ impl FromStr for EgressRule {
             prefix,
             port,
         })
+    }
+}
+
+impl EgressRule {
+    /// True when this rule's network and `net` (address, prefix length 0-32) share at least
+    /// one address; the port plays no part.
+    pub fn overlaps(&self, net: (Ipv4Addr, u8)) -> bool {
+        let p = self.prefix.min(net.1);
+        let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+        u32::from(self.addr) & mask == u32::from(net.0) & mask
     }
 }
 
@@ -189,6 +209,16 @@ mod tests {
     }
 
     #[test]
+    fn overlap_ignores_the_port_and_works_both_ways() {
+        let r = |t: &str| t.parse::<EgressRule>().unwrap();
+        assert!(r("10.0.2.2:5432").overlaps(GUEST_NET));
+        assert!(r("10.0.0.0/8").overlaps(GUEST_NET));
+        assert!(r("0.0.0.0/0").overlaps((Ipv4Addr::new(192, 0, 2, 7), 32)));
+        assert!(!r("10.0.3.0/24").overlaps(GUEST_NET));
+        assert!(!r("10.99.0.1").overlaps((Ipv4Addr::new(10, 201, 0, 0), 16)));
+    }
+
+    #[test]
     fn policy_round_trips_as_json() {
         let p = NetworkPolicy {
             internet: false,
@@ -198,7 +228,11 @@ mod tests {
         let j = serde_json::to_string(&p).unwrap();
         assert!(j.contains("\"10.99.0.1:8080\""), "{j}");
         assert_eq!(serde_json::from_str::<NetworkPolicy>(&j).unwrap(), p);
-        assert!(p.allows_dns());
+        assert!(
+            !p.allows_dns(),
+            "allow_out alone opens no DNS (issue 23 finding 12)"
+        );
+        assert!(NetworkPolicy::open().allows_dns());
         assert!(!NetworkPolicy {
             internet: false,
             allow_out: vec![],

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 mod database_flags;
+mod net_args;
 
 #[derive(Parser)]
 #[command(
@@ -110,26 +111,8 @@ struct ServerArgs {
     /// Serve GET /metrics without an API key (by default any valid key is needed).
     #[arg(long, env = "PANDASTACK_PUBLIC_METRICS")]
     public_metrics: bool,
-    /// Sandbox network: `sandbox` (a network namespace per sandbox, NAT egress under a
-    /// policy) or `none` (loopback only).
-    #[arg(long, env = "PANDASTACK_SANDBOX_NETWORK", default_value = "sandbox", value_parser = ["sandbox", "none"])]
-    sandbox_network: String,
-    /// Whether sandboxes reach public addresses when their create does not say.
-    #[arg(long, env = "PANDASTACK_SANDBOX_EGRESS", default_value = "allow", value_parser = ["allow", "deny"])]
-    sandbox_egress: String,
-    /// Host-side address range of sandboxes (A.B.C.D/N, N <= 28); default: a free /16 of
-    /// 10.200.0.0-10.254.255.255, kept for this data dir.
-    #[arg(long, env = "PANDASTACK_SANDBOX_CIDR")]
-    sandbox_cidr: Option<String>,
-    /// Network namespaces made ahead of time (restores and forks take one at once).
-    #[arg(long, env = "PANDASTACK_NETNS_STOCK", default_value_t = 8)]
-    netns_stock: usize,
-    /// Serve `{port}-{sandbox id}.{SUFFIX}` hosts as previews of that port (preview_url()).
-    #[arg(long, env = "PANDASTACK_PREVIEW_HOST_SUFFIX")]
-    preview_host_suffix: Option<String>,
-    /// Previews need no preview token (anyone who can reach the server can open them).
-    #[arg(long, env = "PANDASTACK_PUBLIC_PREVIEWS")]
-    public_previews: bool,
+    #[command(flatten)]
+    network: net_args::NetworkArgs,
     /// Sandboxes holding memory at once on this host; past it creates answer 503.
     #[arg(long, env = "PANDASTACK_MAX_SANDBOXES", default_value_t = 100)]
     max_sandboxes: usize,
@@ -336,14 +319,7 @@ fn main() -> Result<()> {
                 shim_command: vec![exe.display().to_string(), "shim".into()],
                 mcp_calls_per_second: a.mcp_calls_per_second,
                 public_metrics: a.public_metrics,
-                network: pandastack_server::NetworkSettings {
-                    enabled: a.sandbox_network == "sandbox",
-                    internet_default: a.sandbox_egress == "allow",
-                    cidr: a.sandbox_cidr,
-                    netns_stock: a.netns_stock,
-                    preview_host_suffix: a.preview_host_suffix,
-                    public_previews: a.public_previews,
-                },
+                network: a.network.settings(),
                 disks: pandastack_server::DiskSettings {
                     default_disk_mb: a.default_disk_mb,
                     max_disk_mb: a.max_disk_mb,

@@ -19,6 +19,7 @@ pub mod extract;
 pub mod guest;
 pub mod host;
 pub mod metrics;
+pub mod net_settings;
 pub mod objects;
 pub mod previews;
 pub mod ratelimit;
@@ -28,6 +29,7 @@ pub mod state;
 
 use axum::Router;
 use host::{Host, HostConfig, NetworkDefaults};
+pub use net_settings::NetworkSettings;
 use pandastack_engine::Engine;
 use pandastack_store::Store;
 use pandastack_templates::TemplateStore;
@@ -209,25 +211,6 @@ impl CapacitySettings {
     }
 }
 
-/// Sandbox networking settings of `pandastack server` (issue 7).
-#[derive(Debug, Clone)]
-pub struct NetworkSettings {
-    /// `--sandbox-network sandbox` (true: a network namespace per sandbox) or `none`
-    /// (loopback only).
-    pub enabled: bool,
-    /// `--sandbox-egress allow|deny`: whether sandboxes reach public addresses by default.
-    pub internet_default: bool,
-    /// `--sandbox-cidr`: the host-side range of sandbox addresses (default: a free /16 of
-    /// 10.200-10.254 claimed for this data dir).
-    pub cidr: Option<String>,
-    /// `--netns-stock`: network namespaces made ahead of time.
-    pub netns_stock: usize,
-    /// `--preview-host-suffix`: serve `{port}-{id}.{suffix}` as previews.
-    pub preview_host_suffix: Option<String>,
-    /// `--public-previews`: previews need no token.
-    pub public_previews: bool,
-}
-
 /// Errors that stop the server from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -265,24 +248,26 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
     }
     bootstrap(&store, &cfg, &cluster_cfg.host_name).await?;
     let guest_dir = host::install_guest_dir(&cfg.data_dir, &cfg.guest_bin, &cfg.kernel_py)?;
-    let network = network_config(&cfg)?;
-    let engine: Arc<dyn Engine> = Arc::new(pandastack_gvisor::GvisorEngine::new(
-        pandastack_gvisor::GvisorConfig {
-            runsc: cfg.runsc.clone(),
-            state_root: cfg.data_dir.join("runsc"),
-            platform: cfg.platform.clone(),
-            shim_command: cfg.shim_command.clone(),
-            network,
-            instances_dir: cfg.data_dir.join("instances"),
-            disks: Some(pandastack_gvisor::DiskConfig {
-                spares_dir: cfg.data_dir.join("disks"),
-                spare_mb: cfg.disks.default_disk_mb,
-                stock: cfg.disks.spare_disks,
-            }),
-            mounts_dir: cfg.data_dir.join("mounts"),
-            volumes_dir: cfg.data_dir.join("volumes"),
-        },
-    )?);
+    let network = net_settings::network_config(&cfg)?;
+    let gvisor = pandastack_gvisor::GvisorEngine::new(pandastack_gvisor::GvisorConfig {
+        runsc: cfg.runsc.clone(),
+        state_root: cfg.data_dir.join("runsc"),
+        platform: cfg.platform.clone(),
+        shim_command: cfg.shim_command.clone(),
+        network,
+        instances_dir: cfg.data_dir.join("instances"),
+        disks: Some(pandastack_gvisor::DiskConfig {
+            spares_dir: cfg.data_dir.join("disks"),
+            spare_mb: cfg.disks.default_disk_mb,
+            stock: cfg.disks.spare_disks,
+        }),
+        mounts_dir: cfg.data_dir.join("mounts"),
+        volumes_dir: cfg.data_dir.join("volumes"),
+    })?;
+    let sandbox_net = gvisor
+        .networks()
+        .map(|n| (n.layout().base, n.layout().prefix));
+    let engine: Arc<dyn Engine> = Arc::new(gvisor);
     let secret = store
         .setting_or_insert(previews::SECRET_SETTING, || {
             hex::encode(rand::random::<[u8; 32]>())
@@ -312,6 +297,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), StartError> {
             public_metrics: cfg.public_metrics,
             network: cfg.network.enabled.then_some(NetworkDefaults {
                 internet: cfg.network.internet_default,
+                sandbox_net,
             }),
             limits: cfg.capacity.limits()?,
             builds: cfg.builds.clone(),
@@ -423,30 +409,6 @@ pub fn data_dir_tag(data_dir: &std::path::Path) -> String {
         sha2::Sha256::digest(canonical.display().to_string().as_bytes())
     };
     hex::encode(&digest[..3])
-}
-
-/// The engine's networking settings: this data dir's tag (the first 6 hex digits of the SHA-256
-/// of its canonical path) names everything the server makes on the host.
-fn network_config(
-    cfg: &ServerConfig,
-) -> Result<Option<pandastack_gvisor::net::NetConfig>, StartError> {
-    if !cfg.network.enabled {
-        return Ok(None);
-    }
-    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
-    let cidr = cfg
-        .network
-        .cidr
-        .as_deref()
-        .map(pandastack_gvisor::net::parse_cidr)
-        .transpose()
-        .map_err(|e| StartError::Config(format!("--sandbox-cidr: {e}")))?;
-    Ok(Some(pandastack_gvisor::net::NetConfig {
-        tag: data_dir_tag(&data_dir),
-        data_dir,
-        cidr,
-        stock: cfg.network.netns_stock,
-    }))
 }
 
 /// This host's identity: its name, advertise URL and the cluster's node token.

@@ -29,15 +29,16 @@ pub use slot::{Layout, Slot};
 use pandastack_engine::{InstanceNetwork, NetworkPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tracing::{debug, info, warn};
 
-/// Settings of sandbox networking on this host.
-#[derive(Debug, Clone)]
+/// Settings of sandbox networking on this host. `Default` leaves `data_dir` and `tag` empty
+/// (set both) and asks for no range, no stock and no host services.
+#[derive(Debug, Clone, Default)]
 pub struct NetConfig {
     /// The server's data dir (names the server in the range claims).
     pub data_dir: PathBuf,
@@ -47,6 +48,13 @@ pub struct NetConfig {
     pub cidr: Option<(Ipv4Addr, u8)>,
     /// Namespaces kept ready ahead of time.
     pub stock: usize,
+    /// `--allow-host-service`: host services (address and port, TCP and UDP) every sandbox of
+    /// the server may reach whatever its policy. Only the operator opens the host (issue 23
+    /// finding 2); none may lie in the sandbox network.
+    pub host_services: Vec<SocketAddrV4>,
+    /// `--sandbox-resolver`: the resolver sandboxes' DNS goes to; `None`: the first usable
+    /// nameserver of the host's `/etc/resolv.conf`.
+    pub resolver: Option<Ipv4Addr>,
 }
 
 /// What an instance directory records of its network (`net.json`), so a restarted server
@@ -107,6 +115,8 @@ struct State {
 pub struct Networks {
     layout: Layout,
     resolvers: Vec<Ipv4Addr>,
+    /// [`NetConfig::host_services`].
+    host_services: Vec<SocketAddrV4>,
     stock_target: usize,
     state: Mutex<State>,
     /// Serializes host-table transactions (nft changes are atomic, but the bookkeeping of
@@ -122,14 +132,28 @@ impl Networks {
     /// loaded by [`Networks::recover`] (or the first slot taken).
     ///
     /// # Errors
-    /// A message when the range is taken or overlaps a host route, or forwarding cannot be
-    /// enabled.
+    /// A message when the range is taken or overlaps a host route, a host service lies in it,
+    /// or forwarding cannot be enabled.
     pub fn start(cfg: NetConfig) -> Result<Arc<Self>, String> {
         let own_links = format!("ps{}-", cfg.tag);
         let (base, prefix) = cidr::choose(&cfg.data_dir, &own_links, cfg.cidr)?;
+        let sandbox_net = pandastack_engine::EgressRule {
+            addr: base,
+            prefix,
+            port: None,
+        };
+        if let Some(a) = cfg
+            .host_services
+            .iter()
+            .find(|a| sandbox_net.overlaps((*a.ip(), 32)))
+        {
+            return Err(format!(
+                "--allow-host-service {a} is in the sandbox network {base}/{prefix}: sandboxes never reach each other"
+            ));
+        }
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
             .map_err(|e| format!("enabling IPv4 forwarding: {e}"))?;
-        let resolvers = cidr::resolvers();
+        let resolvers = cfg.resolver.map_or_else(cidr::resolvers, |r| vec![r]);
         if resolvers.is_empty() {
             warn!("no nameserver in /etc/resolv.conf that sandboxes can reach; DNS inside sandboxes will fail");
         }
@@ -138,10 +162,11 @@ impl Networks {
             base,
             prefix,
         };
-        info!(cidr = %layout.cidr(), tag = %layout.tag, "sandbox network");
+        info!(cidr = %layout.cidr(), tag = %layout.tag, host_services = ?cfg.host_services, "sandbox network");
         Ok(Arc::new(Networks {
             layout,
             resolvers,
+            host_services: cfg.host_services,
             stock_target: cfg.stock,
             state: Mutex::new(State {
                 next: 1,
@@ -176,6 +201,7 @@ impl Networks {
                 &self.resolvers,
                 keep,
                 &ports,
+                &self.host_services,
             ))
             .await?;
             let mut st = self.state();

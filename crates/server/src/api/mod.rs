@@ -17,6 +17,7 @@ pub mod openapi;
 pub mod ports;
 pub mod proxy;
 pub mod repl;
+pub mod sandbox_network;
 pub mod sandboxes;
 pub mod snapshots;
 pub mod template_builds;

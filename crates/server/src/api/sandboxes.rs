@@ -13,65 +13,18 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pandastack_api::{CreateSandbox, Lifecycle, LifecyclePatch, Sandbox};
-use pandastack_engine::{EgressRule, NetworkPolicy};
 use pandastack_store::now_ms;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 /// Largest accepted `ttl_seconds` (30 days).
 pub const MAX_TTL_SECONDS: i64 = 30 * 24 * 3600;
-/// Most entries in each of `network.allow_out` and `network.deny_out`.
-pub const MAX_EGRESS_RULES: usize = 64;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list, create))
         .routes(routes!(get_one, delete))
         .routes(routes!(lifecycle, patch_lifecycle))
-}
-
-/// The network policy a create asks for (issue 7): the server default, changed by
-/// `allow_internet_access` and the `network` lists.
-///
-/// # Errors
-/// 400 naming the field for a bad entry or too many entries, or for network settings on a
-/// server whose sandboxes have no network.
-fn network_policy(
-    default: Option<NetworkPolicy>,
-    req: &CreateSandbox,
-) -> Result<Option<NetworkPolicy>, ApiError> {
-    let Some(mut policy) = default else {
-        if req.network.is_some() || req.allow_internet_access == Some(true) {
-            return Err(ApiError::BadRequest(
-                "network: sandbox networking is off on this server (--sandbox-network none)".into(),
-            ));
-        }
-        return Ok(None);
-    };
-    if let Some(internet) = req.allow_internet_access {
-        policy.internet = internet;
-    }
-    let rules = |field: &str, list: &Option<Vec<String>>| -> Result<Vec<EgressRule>, ApiError> {
-        let list = list.as_deref().unwrap_or_default();
-        if list.len() > MAX_EGRESS_RULES {
-            return Err(ApiError::BadRequest(format!(
-                "{field}: at most {MAX_EGRESS_RULES} entries, got {}",
-                list.len()
-            )));
-        }
-        list.iter()
-            .enumerate()
-            .map(|(i, r)| {
-                r.parse()
-                    .map_err(|e| ApiError::BadRequest(format!("{field}[{i}]: {e}")))
-            })
-            .collect()
-    };
-    if let Some(n) = &req.network {
-        policy.allow_out = rules("network.allow_out", &n.allow_out)?;
-        policy.deny_out = rules("network.deny_out", &n.deny_out)?;
-    }
-    Ok(Some(policy))
 }
 
 fn check_ttl(ttl: i64) -> Result<i64, ApiError> {
@@ -183,7 +136,7 @@ async fn create(
         same_size("memory_mb", memory_mb, tpl.memory_mb, &tpl.name, "MiB")?;
         template_disk_mb = tpl.disk_mb;
     }
-    let network = network_policy(st.host.cfg.default_network_policy(), &req)?;
+    let network = super::sandbox_network::policy_of_create(&st.host.cfg, &req)?;
     let disk_mb = check_disk(req.disk_mb, template_disk_mb, &st.host.cfg)?;
     let volumes = st
         .host
@@ -509,47 +462,4 @@ async fn patch_lifecycle(
         st.host.store.put_sandbox(&r).await?;
     }
     Ok(Json(lifecycle_of(&live).await))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn req(json: &str) -> CreateSandbox {
-        serde_json::from_str(json).unwrap()
-    }
-
-    #[test]
-    fn network_fields_become_a_policy_or_a_400_naming_the_field() {
-        let open = Some(NetworkPolicy::open());
-        let p = network_policy(open.clone(), &req("{}")).unwrap().unwrap();
-        assert_eq!(p, NetworkPolicy::open());
-        let p = network_policy(
-            open.clone(),
-            &req(r#"{"allow_internet_access": false, "network": {"allow_out": ["10.99.0.1:80"]}}"#),
-        )
-        .unwrap()
-        .unwrap();
-        assert!(!p.internet);
-        assert_eq!(p.allow_out[0].to_string(), "10.99.0.1:80");
-        let e = network_policy(
-            open.clone(),
-            &req(r#"{"network": {"deny_out": ["1.2.3.4", "10.0.0.0/40"]}}"#),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("network.deny_out[1]"), "{e}");
-        let e = network_policy(None, &req(r#"{"network": {}}"#))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("networking is off"), "{e}");
-        assert_eq!(
-            network_policy(None, &req(r#"{"allow_internet_access": false}"#)).unwrap(),
-            None
-        );
-        let many: Vec<String> = (0..65).map(|i| format!("\"203.0.113.{i}\"")).collect();
-        let body = format!(r#"{{"network": {{"allow_out": [{}]}}}}"#, many.join(","));
-        let e = network_policy(open, &req(&body)).unwrap_err().to_string();
-        assert!(e.contains("at most 64"), "{e}");
-    }
 }

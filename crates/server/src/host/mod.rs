@@ -9,6 +9,7 @@ mod fork;
 mod guest_dir;
 mod health;
 mod hibernate;
+pub mod host_addresses;
 pub mod images;
 mod live;
 pub mod logs;
@@ -111,6 +112,9 @@ pub struct NetworkDefaults {
     /// Whether a sandbox reaches public addresses when its create does not say
     /// (`--sandbox-egress allow|deny`).
     pub internet: bool,
+    /// This server's sandbox network (address, prefix length), which no `allow_out` may name
+    /// (issue 23 finding 1); `None` when the engine reports none.
+    pub sandbox_net: Option<(std::net::Ipv4Addr, u8)>,
 }
 
 impl HostConfig {

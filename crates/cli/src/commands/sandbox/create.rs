@@ -35,8 +35,8 @@ pub struct CreateArgs {
     /// stay reachable.
     #[arg(long)]
     pub no_internet: bool,
-    /// A destination the sandbox may always reach, even a private one: `A.B.C.D`,
-    /// `A.B.C.D/N`, optionally `:PORT`; repeatable.
+    /// A destination the sandbox may always reach, even a private one (never the host or
+    /// another sandbox: 400): `A.B.C.D`, `A.B.C.D/N`, optionally `:PORT`; repeatable.
     #[arg(long = "allow-out", value_name = "CIDR[:PORT]")]
     pub allow_out: Vec<String>,
     /// A destination the sandbox may never reach (after `--allow-out`); repeatable.
