@@ -17,8 +17,10 @@ resolves or leaves the machine.
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
+import sqlite3
 import subprocess
 import time
 
@@ -240,6 +242,17 @@ def test_reading_special_files_is_a_4xx_naming_path(app):
     assert read("/opt/echo_app.py").status_code == 200
 
 
+def instance_dir_of(server, guest_ip: str):
+    """The instance directory on the host whose network (`net.json`) has `guest_ip`."""
+    for d in (server.data_dir / "instances").iterdir():
+        try:
+            if json.loads((d / "net.json").read_text()).get("guest_ip") == guest_ip:
+                return d
+        except (OSError, ValueError):
+            continue
+    raise AssertionError(f"no instance has guest_ip {guest_ip}")
+
+
 def test_workspace_delete_refuses_running_sandboxes_unless_forced(server):
     from pandastack import Client
 
@@ -248,8 +261,7 @@ def test_workspace_delete_refuses_running_sandboxes_unless_forced(server):
     sb = client.sandboxes.create(template="base")
     client.volumes.create(name="doomed", size_mb=64)
     ws = requests.get(f"{server.url}/v1/me", headers=bearer(key), timeout=30).json()["workspace_id"]
-    instance = server.data_dir / "instances"
-    before = {p.name for p in instance.iterdir()}
+    instance = instance_dir_of(server, sb.guest_ip)
 
     refused = admin(server, "workspace-delete", ws)
     assert refused.returncode != 0, refused.stdout
@@ -261,12 +273,22 @@ def test_workspace_delete_refuses_running_sandboxes_unless_forced(server):
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"workspace {ws} deleted" in done.stdout, done.stdout
     assert requests.get(f"{server.url}/v1/me", headers=bearer(key), timeout=30).status_code == 401
-    # Its sandbox's instance is gone from the host, and the workspace from the store.
+    # Its sandbox is gone from the host, and the workspace with its rows from the store.
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len({p.name for p in instance.iterdir()} & before) == len(before):
+    while instance.exists() and time.monotonic() < deadline:
         time.sleep(0.5)
-    gone = before - {p.name for p in instance.iterdir()}
-    assert gone, "no instance was destroyed"
+    assert not instance.exists(), f"{instance} is still on the host"
+    with sqlite3.connect(f"file:{server.data_dir / 'store.db'}?mode=ro", uri=True, timeout=30) as db:
+        rows = [
+            db.execute(sql, (ws,)).fetchone()[0]
+            for sql in (
+                "SELECT COUNT(*) FROM workspaces WHERE id = ?",
+                "SELECT COUNT(*) FROM sandboxes WHERE workspace_id = ?",
+                "SELECT COUNT(*) FROM volumes WHERE workspace_id = ?",
+                "SELECT COUNT(*) FROM api_keys WHERE workspace_id = ?",
+            )
+        ]
+    assert rows == [0, 0, 0, 0], rows
     again = admin(server, "workspace-delete", ws)
     assert again.returncode != 0 and "not found" in again.stderr, again.stderr
     # The operator's workspace is never deleted.
