@@ -112,8 +112,9 @@ mod tests {
             series,
             [
                 "db_bytes[\"db-mine\"]",
-                "pool[\"app@ws-a\", \"ready\"]",
-                "pool[\"base\", \"ready\"]"
+                // Labels come sorted by name: state, template.
+                "pool[\"ready\", \"app@ws-a\"]",
+                "pool[\"ready\", \"base\"]"
             ]
         );
         assert_eq!(Scope::All.filter(registry.gather()).len(), 3);

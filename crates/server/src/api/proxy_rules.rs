@@ -137,7 +137,7 @@ mod tests {
             let e = check_path(bad).unwrap_err();
             assert!(e.to_string().contains("path"), "{bad}: {e}");
         }
-        for ok in ["/", "/a%20b", "/%2F%2f", "/x?y=%0d", "/%", "/%2", "/%zz", "/caf%C3%A9"] {
+        for ok in ["/", "/a%20b", "/%2F%2f", "/%", "/%2", "/%zz", "/caf%C3%A9"] {
             check_path(ok).unwrap();
         }
     }
