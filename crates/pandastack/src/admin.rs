@@ -96,12 +96,13 @@ impl StoreArgs {
 /// What failed, for `main` to print (exit code 1).
 pub fn run(cmd: AdminCommand) -> Result<i32> {
     use pandastack_cli::commands::host::HostAction;
-    let block = |f: std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>| -> Result<()> {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(f)
-    };
+    let block =
+        |f: std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>| -> Result<()> {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(f)
+        };
     match cmd {
         AdminCommand::WorkspaceCreate { name, store } => block(Box::pin(async move {
             let store = store.open().await?;
@@ -116,7 +117,11 @@ pub fn run(cmd: AdminCommand) -> Result<i32> {
         }))
         .map(|()| 0),
         AdminCommand::KeyRevoke { key, store } => block(Box::pin(async move {
-            let prefix: String = key.trim().chars().take(pandastack_server::auth::PREFIX_LEN).collect();
+            let prefix: String = key
+                .trim()
+                .chars()
+                .take(pandastack_server::auth::PREFIX_LEN)
+                .collect();
             let ws = store
                 .open()
                 .await?

@@ -141,7 +141,9 @@ impl Store {
         let left = self.holdings(id).await?;
         if !left.is_empty() {
             // Reads "a resource of workspace ws-... already exists".
-            return Err(StoreError::Conflict(format!("a resource of workspace {id}")));
+            return Err(StoreError::Conflict(format!(
+                "a resource of workspace {id}"
+            )));
         }
         let mut tx = self.pool().begin().await?;
         let mut removed = 0;

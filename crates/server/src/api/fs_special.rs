@@ -95,7 +95,10 @@ mod tests {
     fn devices_fifos_and_sockets_are_refused() {
         for mode in [0o020_666, 0o060_660, 0o010_644, 0o140_755] {
             let e = check_entry(&entry(mode), "/dev/x").unwrap_err();
-            assert!(matches!(e, ApiError::BadRequest(ref m) if m.starts_with("path: ")), "{mode:o}");
+            assert!(
+                matches!(e, ApiError::BadRequest(ref m) if m.starts_with("path: ")),
+                "{mode:o}"
+            );
         }
         for mode in [0o100_644, 0o040_755, 0o120_777] {
             check_entry(&entry(mode), "/x").unwrap();

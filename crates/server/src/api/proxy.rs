@@ -12,12 +12,12 @@
 //! In a cluster, a host-based preview of another host's sandbox is relayed to that host,
 //! which serves it.
 
+use super::proxy_rules as rules;
 use crate::auth::{self, Caller};
 use crate::error::ApiError;
 use crate::extract::sandbox_id;
 use crate::host::{Activity, Live};
 use crate::previews;
-use super::proxy_rules as rules;
 use crate::relay::{relay, RelayError};
 use crate::AppState;
 use axum::extract::{Path, Request, State};

@@ -44,9 +44,10 @@ pub fn check_path(path: &str) -> Result<(), ApiError> {
         let b = u8::from_str_radix(text, 16).ok()?;
         Some(b < 0x20 || b == 0x7f)
     };
-    let bad = bytes.iter().enumerate().any(|(i, &b)| {
-        b < 0x20 || b == 0x7f || (b == b'%' && encoded_control(i) == Some(true))
-    });
+    let bad = bytes
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b < 0x20 || b == 0x7f || (b == b'%' && encoded_control(i) == Some(true)));
     if bad {
         return Err(ApiError::BadRequest(
             "path: a proxy path may not hold control characters (CR, LF, bytes below 0x20 or 0x7F, raw or percent-encoded)"
@@ -82,7 +83,11 @@ pub fn cookie_values(headers: &HeaderMap, name: &str) -> Vec<String> {
 /// preview hosts), moves the cookie's `Path` under it (`Path=/app` becomes
 /// `Path={prefix}/app`; without a `Path` the browser's default is already under it).
 pub fn rewrite_set_cookies(headers: &mut HeaderMap, prefix: &str) {
-    let cookies: Vec<HeaderValue> = headers.get_all(header::SET_COOKIE).iter().cloned().collect();
+    let cookies: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .cloned()
+        .collect();
     if cookies.is_empty() {
         return;
     }
@@ -133,7 +138,15 @@ mod tests {
 
     #[test]
     fn control_characters_are_refused_raw_or_encoded() {
-        for bad in ["/a%0d%0aX: y", "/a%0A", "/%7f", "/%7F", "/%00", "/a\tb", "/%1f"] {
+        for bad in [
+            "/a%0d%0aX: y",
+            "/a%0A",
+            "/%7f",
+            "/%7F",
+            "/%00",
+            "/a\tb",
+            "/%1f",
+        ] {
             let e = check_path(bad).unwrap_err();
             assert!(e.to_string().contains("path"), "{bad}: {e}");
         }
