@@ -96,27 +96,18 @@ impl StoreArgs {
 /// What failed, for `main` to print (exit code 1).
 pub fn run(cmd: AdminCommand) -> Result<i32> {
     use pandastack_cli::commands::host::HostAction;
-    let block =
-        |f: std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>| -> Result<()> {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(f)
-        };
     match cmd {
-        AdminCommand::WorkspaceCreate { name, store } => block(Box::pin(async move {
+        AdminCommand::WorkspaceCreate { name, store } => block(async move {
             let store = store.open().await?;
             let (ws, key) = pandastack_server::auth::create_workspace(&store, &name).await?;
             println!("workspace {ws}\nexport PANDASTACK_API_KEY={key}");
             Ok(())
-        }))
-        .map(|()| 0),
-        AdminCommand::WorkspaceDelete { id, force, store } => block(Box::pin(async move {
+        }),
+        AdminCommand::WorkspaceDelete { id, force, store } => block(async move {
             let s = store.open().await?;
             delete_workspace(&s, &store.data_dir, &id, force).await
-        }))
-        .map(|()| 0),
-        AdminCommand::KeyRevoke { key, store } => block(Box::pin(async move {
+        }),
+        AdminCommand::KeyRevoke { key, store } => block(async move {
             let prefix: String = key
                 .trim()
                 .chars()
@@ -129,8 +120,7 @@ pub fn run(cmd: AdminCommand) -> Result<i32> {
                 .await?;
             println!("key {prefix} of workspace {ws} revoked");
             Ok(())
-        }))
-        .map(|()| 0),
+        }),
         AdminCommand::Drain { name, json } => Ok(pandastack_cli::run_host_admin(
             HostAction::Drain,
             &name,
@@ -142,6 +132,15 @@ pub fn run(cmd: AdminCommand) -> Result<i32> {
             json,
         )),
     }
+}
+
+/// Runs `f` on a one-thread runtime; exit code 0 when it succeeds.
+fn block(f: impl std::future::Future<Output = Result<()>>) -> Result<i32> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)?;
+    Ok(0)
 }
 
 /// Deletes workspace `id` as the module says.
