@@ -2,6 +2,8 @@
 //! ...`), template bakes (`pandastack template bake NAME`) and the hidden per-sandbox `shim`.
 //! It parses flags, calls the libraries and maps errors to exit codes.
 
+mod admin;
+
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -28,10 +30,10 @@ enum Command {
     /// Bake templates on this host (server-side; needs root and mmdebstrap).
     #[command(name = "template-bake", hide = true)]
     TemplateBakeLocal(BakeArgs),
-    /// Administrative commands: workspaces (on the data dir's store) and hosts of a cluster
-    /// (through the API, with an operator key).
+    /// Administrative commands: workspaces and keys (on the data dir's store) and hosts of a
+    /// cluster (through the API, with an operator key).
     #[command(subcommand)]
-    Admin(AdminCommand),
+    Admin(admin::AdminCommand),
     /// Internal: the per-sandbox shim that holds the guest channel.
     #[command(hide = true)]
     Shim(ShimArgs),
@@ -201,40 +203,6 @@ struct BakeArgs {
     object_store: Option<String>,
 }
 
-#[derive(Subcommand)]
-enum AdminCommand {
-    /// Create a workspace and print its admin key.
-    WorkspaceCreate {
-        #[arg(long)]
-        name: String,
-        #[arg(
-            long,
-            env = "PANDASTACK_DATA_DIR",
-            default_value = "/var/lib/pandastack"
-        )]
-        data_dir: PathBuf,
-        /// The server's store when it is PostgreSQL (`--store` of `pandastack server`).
-        #[arg(long, env = "PANDASTACK_STORE")]
-        store: Option<String>,
-    },
-    /// Move every sandbox off host NAME, live, and mark it draining (a cluster; through
-    /// PANDASTACK_API with an operator key in PANDASTACK_API_KEY). Exits 1 when some stayed.
-    Drain {
-        /// The host's name (`GET /v1/hosts`).
-        name: String,
-        /// Print the server's JSON report.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Let new sandboxes land on host NAME again after a drain.
-    Activate {
-        /// The host's name (`GET /v1/hosts`).
-        name: String,
-        #[arg(long)]
-        json: bool,
-    },
-}
-
 #[derive(Args)]
 struct ShimArgs {
     /// Serve the guest channel here; without it the shim only runs the command.
@@ -355,37 +323,7 @@ fn main() -> Result<()> {
             init_logs();
             bake(a)
         }
-        Command::Admin(AdminCommand::WorkspaceCreate {
-            name,
-            data_dir,
-            store,
-        }) => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let (ws, key) = rt.block_on(async {
-                let store = pandastack_server::open_store(&data_dir, store.as_deref()).await?;
-                pandastack_server::auth::create_workspace(&store, &name)
-                    .await
-                    .map_err(anyhow::Error::from)
-            })?;
-            println!("workspace {ws}\nexport PANDASTACK_API_KEY={key}");
-            Ok(())
-        }
-        Command::Admin(AdminCommand::Drain { name, json }) => {
-            std::process::exit(pandastack_cli::run_host_admin(
-                pandastack_cli::commands::host::HostAction::Drain,
-                &name,
-                json,
-            ))
-        }
-        Command::Admin(AdminCommand::Activate { name, json }) => {
-            std::process::exit(pandastack_cli::run_host_admin(
-                pandastack_cli::commands::host::HostAction::Activate,
-                &name,
-                json,
-            ))
-        }
+        Command::Admin(cmd) => std::process::exit(admin::run(cmd)?),
         Command::Client(c) => std::process::exit(pandastack_cli::run(c)),
     }
 }

@@ -116,11 +116,19 @@ pub async fn from_headers(
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <API key>".into()))?;
-    let key = header
-        .strip_prefix("Bearer ")
-        .or_else(|| header.strip_prefix("bearer "))
+    let key = bearer_token(header)
         .ok_or_else(|| ApiError::Unauthorized("Authorization must be 'Bearer <API key>'".into()))?;
-    authenticate(store, key.trim()).await
+    authenticate(store, key).await
+}
+
+/// The token of an `Authorization` header value of the `Bearer` scheme, whatever the scheme's
+/// letter case (RFC 9110 §11.1: schemes are case-insensitive; issue 23 finding 12: the proxy
+/// must recognise and strip `BEARER pds_...` as well as `Bearer pds_...`); `None` for other
+/// schemes or an empty token.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 #[async_trait]
@@ -153,5 +161,15 @@ mod tests {
             .await
             .unwrap();
         assert!(authenticate(&store, &key).await.is_err());
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer pds_x"), Some("pds_x"));
+        assert_eq!(bearer_token("BEARER  pds_x "), Some("pds_x"));
+        assert_eq!(bearer_token("bEaReR\tpds_x"), Some("pds_x"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerpds_x"), None);
     }
 }

@@ -25,11 +25,13 @@ mod snapshots;
 mod settings;
 mod template_builds;
 mod volumes;
+mod workspace_admin;
 mod workspaces;
 
 pub use cluster::HostRow;
 pub use images::ImageRow;
 pub use rows::*;
+pub use workspace_admin::Holdings;
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};

@@ -130,6 +130,7 @@ async fn read(
     let path = sandbox_path(q.path.as_deref())?;
     let live = st.host.get(&caller.workspace_id, &sandbox_id(&id)?)?;
     let ready = st.host.ready(&live).await?;
+    super::fs_special::refuse_special(&ready.conn, &path).await?;
     let rid = ready.conn.new_id();
     let mut rx = ready
         .conn
@@ -148,7 +149,11 @@ async fn read(
         .await
         .ok_or_else(|| ApiError::Unavailable("guest channel closed: connection refused".into()))?;
     let first_body = match first {
-        (GuestMsg::Error { code, message, .. }, _) => return Err(file_error(code, message)),
+        (GuestMsg::Error { code, message, .. }, _) => {
+            return Err(super::fs_special::read_error(
+                &path, code, message, file_error,
+            ))
+        }
         (GuestMsg::FileEnd { .. }, _) => None,
         (GuestMsg::FileChunk { .. }, body) => Some(body),
         (other, _) => {

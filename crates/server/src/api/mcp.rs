@@ -57,11 +57,8 @@ async fn authorize(State(st): State<AppState>, mut req: Request, next: Next) -> 
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
-        .map(|k| k.trim().to_string());
+        .and_then(crate::auth::bearer_token)
+        .map(str::to_string);
     let Some(key) = key else {
         return ApiError::Unauthorized("missing Authorization: Bearer <API key>".into())
             .into_response();

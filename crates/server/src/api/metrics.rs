@@ -1,6 +1,7 @@
 //! `GET /metrics` (Prometheus text format; authenticated unless `--public-metrics`) and
 //! `GET /v1/sandboxes/{id}/metrics` (one sandbox's CPU and RSS, seed 003 "health monitor").
 
+use super::metrics_scope::Scope;
 use super::openapi::Errors;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -46,7 +47,9 @@ fn database_gauges(dbs: &crate::databases::Databases) {
 }
 
 /// `GET /metrics`: any valid API key may read it; `--public-metrics` opens it to requests
-/// without one (for a scraper on a private network; issue 8).
+/// without one (for a scraper on a private network; issue 8). A workspace key sees only its
+/// own series and the host-wide ones; an operator key (or public metrics) sees every series
+/// (issue 23 finding 8, [`super::metrics_scope`]).
 ///
 /// # Errors
 /// 401 without a valid key unless metrics are public.
@@ -54,9 +57,12 @@ pub async fn prometheus_text(
     State(st): State<AppState>,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
-    if !st.host.cfg.public_metrics {
-        crate::auth::from_headers(&st.host.store, &headers).await?;
-    }
+    let scope = if st.host.cfg.public_metrics {
+        Scope::All
+    } else {
+        let caller = crate::auth::from_headers(&st.host.store, &headers).await?;
+        scope_of(&st, caller).await?
+    };
     let m = metrics();
     let mut counts = std::collections::HashMap::new();
     for live in st.host.all() {
@@ -86,7 +92,7 @@ pub async fn prometheus_text(
     database_gauges(&st.databases);
     let mut buf = Vec::new();
     prometheus::TextEncoder::new()
-        .encode(&m.registry.gather(), &mut buf)
+        .encode(&scope.filter(m.registry.gather()), &mut buf)
         .map_err(|e| ApiError::internal("metrics", e))?;
     Ok((
         [(
@@ -96,6 +102,39 @@ pub async fn prometheus_text(
         buf,
     )
         .into_response())
+}
+
+/// What `caller` may see of `/metrics`: everything for the operator (a key of the first
+/// workspace, as for `/v1/hosts`), else its workspace's sandboxes and databases on this host
+/// and its volumes.
+///
+/// # Errors
+/// Store errors.
+async fn scope_of(st: &AppState, caller: crate::auth::Caller) -> Result<Scope, ApiError> {
+    if st.host.store.first_workspace_id().await?.as_deref() == Some(caller.workspace_id.as_str()) {
+        return Ok(Scope::All);
+    }
+    let ws = caller.workspace_id;
+    let mut owned: std::collections::HashSet<String> = st
+        .host
+        .all()
+        .into_iter()
+        .filter(|l| l.workspace_id == ws)
+        .map(|l| l.id.clone())
+        .collect();
+    owned.extend(
+        st.databases
+            .all()
+            .into_iter()
+            .filter(|d| d.workspace_id == ws)
+            .map(|d| d.id.clone()),
+    );
+    let volumes = st.host.store.list_volumes(Some(&ws)).await?;
+    owned.extend(volumes.into_iter().map(|v| v.id));
+    Ok(Scope::Workspace {
+        workspace_id: ws,
+        owned,
+    })
 }
 
 /// Middleware: request latency by matched route (never by raw path, so ids do not explode

@@ -6,9 +6,13 @@
 //! `Upgrade` (WebSocket) is spliced byte for byte once the sandbox answers 101. Our bearer key
 //! and preview cookie are stripped before forwarding. Path-based requests authenticate with the
 //! bearer key of the sandbox's workspace or a preview token; host-based ones with a preview
-//! token (a browser cannot send a bearer header) unless `--public-previews`. In a cluster, a
-//! host-based preview of another host's sandbox is relayed to that host, which serves it.
+//! token (a browser cannot send a bearer header) unless `--public-previews`. What is refused
+//! and rewritten so that one tenant's preview cannot reach into another's (control characters
+//! in paths, redirects off the host, cookies set for other hosts) is in [`super::proxy_rules`].
+//! In a cluster, a host-based preview of another host's sandbox is relayed to that host,
+//! which serves it.
 
+use super::proxy_rules as rules;
 use crate::auth::{self, Caller};
 use crate::error::ApiError;
 use crate::extract::sandbox_id;
@@ -64,10 +68,14 @@ async fn by_path(
     let result = async {
         let id = sandbox_id(&id)?;
         let port = parse_port(&port)?;
+        // Forwarded as the client sent it (still percent-encoded): the decoded `rest` could
+        // hold a CR LF or a space that would break the request line to the sandbox.
+        let path = rules::raw_rest(uri.path()).unwrap_or_else(|| format!("/{rest}"));
+        rules::check_path(&path)?;
         let prefix = format!("/v1/sandboxes/{id}/proxy/{port}");
         let live = authorize(&st, &headers, &uri, &id, port, &prefix).await?;
         let query = uri.query().map(str::to_string);
-        Ok::<_, ApiError>((live, port, prefix, format!("/{rest}"), query))
+        Ok::<_, ApiError>((live, port, prefix, path, query))
     }
     .await;
     match result {
@@ -100,6 +108,9 @@ pub async fn preview_hosts(State(st): State<AppState>, req: Request, next: Next)
     let (headers, uri) = (req.headers().clone(), req.uri().clone());
     let path = uri.path().to_string();
     let query = uri.query().map(str::to_string);
+    if let Err(e) = rules::check_path(&path) {
+        return e.into_response();
+    }
     match authorize(&st, &headers, &uri, &id, port, "").await {
         Ok(live) => serve(&st, &live, port, "", &path, query.as_deref(), req).await,
         Err(e) => e.into_response(),
@@ -136,17 +147,14 @@ fn parse_port(text: &str) -> Result<u16, ApiError> {
         .ok_or_else(|| ApiError::BadRequest(format!("port: '{text}' is not a TCP port (1-65535)")))
 }
 
-/// Our API key in `headers`, if the `Authorization` header carries one (`Bearer pds_...`);
-/// any other `Authorization` belongs to the app in the sandbox and is forwarded.
+/// Our API key in `headers`, if the `Authorization` header carries one (`Bearer pds_...`,
+/// the scheme in any letter case: issue 23 finding 12); any other `Authorization` belongs to
+/// the app in the sandbox and is forwarded.
 fn our_key(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim)
+        .and_then(auth::bearer_token)
         .filter(|k| k.starts_with("pds_"))
 }
 
@@ -167,8 +175,11 @@ async fn authorize(
     let now = previews::now_secs();
     let token_ok = |t: &str| st.previews.verify(t, id, port, now);
     let from_query = query_token(uri).filter(|t| token_ok(t));
-    let from_cookie = cookie_token(headers, &cookie_name(cookie_path)).filter(|t| token_ok(t));
-    if st.previews.public || from_query.is_some() || from_cookie.is_some() {
+    // Every cookie of our name counts: one planted beside ours must not shadow it.
+    let from_cookie = rules::cookie_values(headers, &cookie_name(cookie_path))
+        .iter()
+        .any(|t| token_ok(t));
+    if st.previews.public || from_query.is_some() || from_cookie {
         return st
             .host
             .get_any(id)
@@ -200,18 +211,6 @@ fn fnv1a(s: &str) -> u32 {
     s.bytes().fold(0x811c_9dc5u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     })
-}
-
-fn cookie_token(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|kv| {
-            let (k, v) = kv.trim().split_once('=')?;
-            (k == name).then(|| v.to_string())
-        })
 }
 
 /// The query without our token parameter.
@@ -285,6 +284,9 @@ fn cookie_redirect(token: &str, prefix: &str, path: &str, query: Option<&str>) -
         "{}={token}; Path={cookie_path}; Max-Age={max_age}; HttpOnly; SameSite=Lax",
         cookie_name(prefix)
     );
+    // Always a local path of this host (issue 23 finding 9): `//evil.example/` must not
+    // become a scheme-relative Location.
+    let path = rules::local_path(path);
     let location = match strip_token(query) {
         Some(q) => format!("{prefix}{path}?{q}"),
         None => format!("{prefix}{path}"),
@@ -324,7 +326,9 @@ async fn forward(
         h.insert("x-forwarded-host", host);
     }
     h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
-    relay(target, req, path, activity, std::future::pending()).await
+    let mut resp = relay(target, req, path, activity, std::future::pending()).await?;
+    rules::rewrite_set_cookies(resp.headers_mut(), prefix);
+    Ok(resp)
 }
 
 /// Removes our preview cookies from the `Cookie` headers (the sandbox's own cookies stay).
