@@ -110,7 +110,7 @@ impl Store {
         .bind(id)
         .bind(now)
         .bind(keep)
-        .execute(self.pool())
+        .execute(self.writes())
         .await?;
         Ok(done.rows_affected())
     }
@@ -145,7 +145,7 @@ impl Store {
                 "a resource of workspace {id}"
             )));
         }
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.writes().begin().await?;
         let mut removed = 0;
         for sql in PURGE {
             removed = sqlx::query(sql)
