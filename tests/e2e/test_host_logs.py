@@ -1,19 +1,25 @@
-"""What a sandbox can make the host write is bounded (issue 23 finding 3).
+"""What a sandbox (or a database's tenant) can make the host write is bounded (issue 23
+finding 3).
 
 PID 1's stderr inside a sandbox is runsc's stderr on the host: it went straight into the
 instance's `shim.log`, so `head -c 20000000 /dev/zero | tr '\\0' X > /proc/1/fd/2` put 20 MB on
 the host's disk in under a second. Now the shim drains it under a rate limit (1 MiB burst, then
 64 KiB/s) into a log rotated at 4 MiB with one `.1`: at most 8 MiB per sandbox, and the writer
 inside is never blocked by it.
+
+A database's `postgres.log` was in the host's data dir and grew with every `RAISE WARNING` a
+tenant sent; now it lives on the database's own storage and is emptied past 16 MiB.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from db_fixtures import databases_deleted  # noqa: F401
 from lifecycle_fixtures import instance_id, wait_until
 
 MIB = 1024 * 1024
@@ -74,3 +80,30 @@ def test_pid1_output_flood_leaves_at_most_8_mib_on_the_host_and_the_sandbox_answ
 
     assert sb.exec("echo still here").stdout == "still here\n"
     print(f"first flood took {took:.1f} s; the stdout flood exited {stdout_status}; logs {logs}")
+
+
+def test_what_a_tenant_makes_postgres_log_stays_off_the_host_disk(server, databases_deleted):
+    from pandastack import Client
+
+    db = Client().databases.create(label="chatty")
+    url = db["connection_url"]
+    # 2000 warnings of 10 kB: ~20 MB that PostgreSQL writes to its log (log_min_messages is
+    # `warning`); the client is spared them.
+    flood = (
+        "SET client_min_messages = error; "
+        "DO $$ BEGIN FOR i IN 1..2000 LOOP RAISE WARNING '%', repeat('x', 10000); END LOOP; END $$"
+    )
+    r = subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-At", "-c", flood],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    home = Path(server.data_dir) / "databases" / db["id"]
+    on_host = home / "postgres.log"
+    size = on_host.stat().st_size if on_host.exists() else 0
+    assert size < MIB, f"the tenant's warnings put {size} bytes into {on_host} on the host's disk"
+    # On the database's storage, and emptied past 16 MiB by the sweep (every second).
+    on_storage = home / "mnt" / "postgres.log"
+    wait_until(lambda: on_storage.exists() and on_storage.stat().st_size <= 16 * MIB, 30,
+               what=f"{on_storage} to be at most 16 MiB")
+    r = subprocess.run(["psql", url, "-At", "-c", "SELECT 1"], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "1", r.stderr
