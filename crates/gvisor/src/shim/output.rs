@@ -236,7 +236,8 @@ fn drain(reader: &io::PipeReader, log: &Mutex<BoundedLog>) {
         // SAFETY: one live pollfd whose fd `reader` owns for the duration of the call.
         let n = unsafe { libc::poll(&mut fd, 1, timeout) };
         if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return;
+            // Never give up: writers would block on a full pipe. Drain without poll's help.
+            std::thread::sleep(Duration::from_millis(10));
         }
         let mut log = super::lock(log);
         if drain_ready(reader, &mut log) == Drained::Closed {
