@@ -44,6 +44,8 @@ pub async fn run(
     cmd.args(lead)
         .arg("--exit-file")
         .arg(&marker)
+        .arg("--log")
+        .arg(image.join(LOG))
         .arg("--")
         .args(&runsc_cmd)
         .stdin(Stdio::null())
@@ -100,7 +102,7 @@ fn marker(image: &Path) -> Option<CheckpointOutcome> {
         CheckpointOutcome::Failed(format!(
             "runsc checkpoint exited with {}: {}",
             code.trim(),
-            crate::engine::last_log_line(&image.join(LOG))
+            crate::shim::output::last_line(&image.join(LOG))
         ))
     })
 }

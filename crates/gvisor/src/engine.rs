@@ -246,12 +246,13 @@ impl GvisorEngine {
         let dir = &spec.dir;
         let socket = Self::socket(dir);
         let ready_file = dir.join("created");
-        let exit_file = dir.join("exit");
+        let (exit_file, log_path) = (dir.join("exit"), dir.join("shim.log"));
         let _ = std::fs::remove_file(&exit_file);
+        // The shim's output until it drains its own (`--log`, bounded: issue 23 finding 3).
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(dir.join("shim.log"))?;
+            .open(&log_path)?;
         let mut runsc_cmd = vec![self.runsc.binary.display().to_string()];
         // A template build writes into its own rootfs copy, which becomes the template: no
         // overlay (runsc's default `root:self` would leak between sandboxes, notes pitfall 2).
@@ -276,7 +277,9 @@ impl GvisorEngine {
             .arg("--socket")
             .arg(&socket)
             .arg("--exit-file")
-            .arg(&exit_file);
+            .arg(&exit_file)
+            .arg("--log")
+            .arg(&log_path);
         if net.is_some() {
             cmd.arg("--hide-proc-sys-net");
         }
@@ -326,7 +329,7 @@ impl GvisorEngine {
                 });
             }
             if exit_file.exists() || started.elapsed() > START_TIMEOUT {
-                let detail = last_log_line(&dir.join("shim.log"));
+                let detail = crate::shim::output::last_line(&log_path);
                 return Err(EngineError::Failed {
                     op,
                     id: spec.instance_id.clone(),
@@ -336,28 +339,6 @@ impl GvisorEngine {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
-}
-
-/// The last non-empty line of runsc's log that says something, for error messages. Host
-/// paths are cut to their file name so that they do not reach API clients.
-pub(crate) fn last_log_line(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty() && !l.starts_with("shim: runsc exited"))
-        .unwrap_or("runsc exited early")
-        .to_string();
-    line.split_whitespace()
-        .map(|w| {
-            if w.starts_with('/') {
-                w.rsplit('/').next().unwrap_or(w)
-            } else {
-                w
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[async_trait]

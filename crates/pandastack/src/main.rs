@@ -223,6 +223,9 @@ struct ShimArgs {
     /// instances' stagings and the volumes' host mounts are dropped).
     #[arg(long)]
     volume_staging: Option<PathBuf>,
+    /// Log for all output, rate-limited and rotated (at most 8 MiB on disk).
+    #[arg(long)]
+    log: Option<PathBuf>,
     #[arg(last = true, required = true)]
     command: Vec<String>,
 }
@@ -248,6 +251,7 @@ fn main() -> Result<()> {
                 control: a.control,
                 ready_file: a.ready_file,
                 volume_staging: a.volume_staging,
+                log: a.log,
             })
             .context("shim")?;
             std::process::exit(code);

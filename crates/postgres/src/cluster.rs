@@ -4,7 +4,7 @@
 //! <root>/<id>/storage.img   sparse ext4 image (storage_mb), mounted at <root>/<id>/mnt
 //! <root>/<id>/mnt/pgdata/   the data directory (0700, postgres); pg_wal -> <root>/<id>/wal
 //! <root>/<id>/wal/          the WAL, on the host's disk (bounded by max_wal_size)
-//! <root>/<id>/postgres.log  the postmaster's stderr
+//! <root>/<id>/mnt/postgres.log  the postmaster's stderr, on the storage (issue 23 finding 3)
 //! <socket_root>/<id>/       the unix socket (0700): the only way in
 //! ```
 //!
@@ -26,8 +26,8 @@ use tracing::{debug, info, warn};
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a fast shutdown may take before it becomes an immediate one.
 const FAST_STOP_TIMEOUT: Duration = Duration::from_secs(30);
-/// A log larger than this is emptied at the next start, bytes.
-const MAX_LOG_BYTES: u64 = 16 * 1024 * 1024;
+/// A log larger than this is emptied (at the next start, and by [`trim_log`]), bytes.
+pub const MAX_LOG_BYTES: u64 = 16 * 1024 * 1024;
 /// `max_wal_size`: the WAL lives outside the size-limited storage and this bounds it.
 pub const MAX_WAL_SIZE: &str = "512MB";
 
@@ -42,7 +42,9 @@ pub struct ClusterDirs {
     pub data: PathBuf,
     /// The WAL directory (`pg_wal` links here).
     pub wal: PathBuf,
-    /// The postmaster's log.
+    /// The postmaster's log. It lives on the cluster's own storage, so what a tenant makes
+    /// postgres log (`RAISE WARNING`, failing statements) takes its storage, not the host's
+    /// disk (issue 23 finding 3); [`trim_log`] keeps it small.
     pub log: PathBuf,
     /// `<socket_root>/<id>`: the unix socket's directory.
     pub socket_dir: PathBuf,
@@ -56,7 +58,7 @@ impl ClusterDirs {
             id: id.to_string(),
             data: dir.join("mnt").join("pgdata"),
             wal: dir.join("wal"),
-            log: dir.join("postgres.log"),
+            log: dir.join("mnt").join("postgres.log"),
             socket_dir: cfg.socket_root.join(id),
             dir,
         }
@@ -180,6 +182,8 @@ pub async fn start(
     }
     kill_orphans(dirs).await;
     user.make_dir(&dirs.socket_dir, 0o700)?;
+    // Before the log moved onto the storage (issue 23 finding 3) it was here.
+    let _ = std::fs::remove_file(dirs.dir.join("postgres.log"));
     let log = open_log(&dirs.log, &user)?;
     let cgroup = ClusterCgroup::for_new(&dirs.id);
     cgroup.create(spec.tier.memory_mb(), spec.cpus)?;
@@ -366,9 +370,80 @@ fn open_log(path: &Path, user: &OsUser) -> std::io::Result<std::fs::File> {
     Ok(f)
 }
 
+/// Empties the cluster's log when it has grown past [`MAX_LOG_BYTES`] while running (the
+/// postmaster appends, so it goes on writing at the new end) and leaves a note saying so.
+/// Returns whether it did. Cheap (one `stat`) when the log is small: meant to be called
+/// periodically (the server's database sweep, every second).
+///
+/// # Errors
+/// I/O errors truncating the log (a missing log is not one).
+pub fn trim_log(dirs: &ClusterDirs) -> std::io::Result<bool> {
+    let len = match std::fs::metadata(&dirs.log) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if len <= MAX_LOG_BYTES {
+        return Ok(false);
+    }
+    let mut f = std::fs::OpenOptions::new().append(true).open(&dirs.log)?;
+    f.set_len(0)?;
+    writeln!(f, "--- pandastack: log emptied at {len} bytes")?;
+    Ok(true)
+}
+
 /// The last lines of the log (for the server's log when a start fails).
 pub fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+        let _ = f.take(64 * 1024).read_to_end(&mut bytes);
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs_in(dir: &Path) -> ClusterDirs {
+        ClusterDirs {
+            id: "db-test".into(),
+            dir: dir.to_path_buf(),
+            data: dir.join("mnt/pgdata"),
+            wal: dir.join("wal"),
+            log: dir.join("mnt/postgres.log"),
+            socket_dir: dir.join("sock"),
+        }
+    }
+
+    #[test]
+    fn a_log_past_its_limit_is_emptied_and_its_writer_goes_on_at_the_start() {
+        let dir = std::env::temp_dir().join(format!("pg-log-{}", std::process::id()));
+        let dirs = dirs_in(&dir);
+        std::fs::create_dir_all(dir.join("mnt")).unwrap();
+        assert!(!trim_log(&dirs).unwrap(), "no log yet");
+        // The postmaster's stderr: an append-mode descriptor held across the trim.
+        let mut postmaster = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&dirs.log)
+            .unwrap();
+        postmaster
+            .write_all(&vec![b'w'; MAX_LOG_BYTES as usize])
+            .unwrap();
+        assert!(!trim_log(&dirs).unwrap(), "at the limit it stays");
+        postmaster.write_all(b"WARNING: one more\n").unwrap();
+        assert!(trim_log(&dirs).unwrap());
+        postmaster.write_all(b"LOG: after\n").unwrap();
+        let text = std::fs::read_to_string(&dirs.log).unwrap();
+        assert!(text.starts_with("--- pandastack: log emptied at"), "{text}");
+        assert!(text.ends_with("LOG: after\n") && text.len() < 100, "{text}");
+        assert_eq!(log_tail(&dirs.log), text.trim_end().replace('\n', " | "));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

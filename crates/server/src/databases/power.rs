@@ -8,7 +8,7 @@ use crate::error::ApiError;
 use pandastack_postgres::cluster::{self, StopMode};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// How often the idle stop and the crash watch look at every database.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -101,8 +101,8 @@ impl Databases {
     }
 
     /// Every second: stops running databases idle past `--database-idle-stop-seconds`
-    /// (unless `always_on`), notices clusters that died, and starts dead `always_on` ones
-    /// again.
+    /// (unless `always_on`), notices clusters that died, starts dead `always_on` ones again,
+    /// and empties postgres logs grown past 16 MiB.
     pub fn spawn_sweeper(self: &Arc<Self>) {
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -121,6 +121,12 @@ impl Databases {
     async fn sweep_one(&self, db: &Arc<LiveDb>) {
         if db.state() != DatabaseState::Running {
             return;
+        }
+        // What a tenant makes postgres log stays small (issue 23 finding 3).
+        match cluster::trim_log(&db.dirs) {
+            Ok(true) => debug!(database_id = %db.id, "postgres.log emptied"),
+            Ok(false) => {}
+            Err(e) => debug!(database_id = %db.id, error = %e, "postgres.log trim"),
         }
         // Never wait: a lifecycle operation or a connection's start has it.
         let Ok(_exclusive) = db.lifecycle.try_write() else {

@@ -10,6 +10,7 @@
 //! guest sends a bounded window of chunks ahead and waits for acknowledgements
 //! ([`FEATURE_READ_WINDOW`]). A consumer that lets its queue pass the bound loses its request.
 
+use super::throttle::{clip, Throttle};
 use pandastack_guest_protocol::{
     Frame, FrameError, GuestMsg, HostMsg, RequestId, FEATURE_READ_WINDOW, MAX_BODY_BYTES,
     MAX_HEADER_BYTES, PROTOCOL_VERSION,
@@ -303,7 +304,14 @@ async fn read_loop(
         let msg: GuestMsg = match serde_json::from_slice(&header) {
             Ok(m) => m,
             Err(e) => {
-                warn!(error = %e, "undecodable guest frame skipped");
+                static UNDECODABLE: Throttle = Throttle::new();
+                if let Some(left_out) = UNDECODABLE.allow(std::time::Instant::now()) {
+                    let error = e.to_string();
+                    warn!(
+                        error = clip(&error),
+                        left_out, "undecodable guest frame skipped"
+                    );
+                }
                 continue;
             }
         };
@@ -315,10 +323,14 @@ async fn read_loop(
         let c = cost(&reply);
         let over = slot.queued.load(Ordering::SeqCst) + c > MAX_QUEUED_BYTES;
         if over {
-            warn!(
-                request_id = id,
-                "guest reply consumer too slow ({MAX_QUEUED_BYTES} bytes queued); request dropped"
-            );
+            static TOO_SLOW: Throttle = Throttle::new();
+            if let Some(left_out) = TOO_SLOW.allow(std::time::Instant::now()) {
+                warn!(
+                    request_id = id,
+                    left_out,
+                    "guest reply consumer too slow ({MAX_QUEUED_BYTES} bytes queued); request dropped"
+                );
+            }
             map.remove(&id);
             continue;
         }
