@@ -15,14 +15,14 @@
 
 mod cluster;
 mod databases;
+mod events;
 pub mod images;
 mod migrations;
 mod operations;
 mod rows;
-mod events;
 mod sandboxes;
-mod snapshots;
 mod settings;
+mod snapshots;
 mod template_builds;
 mod volumes;
 mod workspace_admin;
@@ -108,12 +108,16 @@ impl Store {
             Backend::Sqlite
         };
         let memory = url.contains(":memory:");
-        let pool = pool_options(backend, memory, match (backend, memory) {
-            // One connection holds an in-memory database; a second would see another.
-            (_, true) => 1,
-            (Backend::Sqlite, false) => SQLITE_READERS,
-            (Backend::Postgres, false) => 16,
-        })
+        let pool = pool_options(
+            backend,
+            memory,
+            match (backend, memory) {
+                // One connection holds an in-memory database; a second would see another.
+                (_, true) => 1,
+                (Backend::Sqlite, false) => SQLITE_READERS,
+                (Backend::Postgres, false) => 16,
+            },
+        )
         .connect(url)
         .await?;
         let writer = if backend == Backend::Sqlite && !memory {

@@ -113,9 +113,17 @@ impl Store {
     ) -> Result<EventRow, StoreError> {
         let mut tx = self.writes().begin().await?;
         put_sandbox_query(s)?.execute(&mut *tx).await?;
-        let row = event_query(EventRow::SANDBOX, &s.workspace_id, &s.id, from, to, cause, at)
-            .fetch_one(&mut *tx)
-            .await?;
+        let row = event_query(
+            EventRow::SANDBOX,
+            &s.workspace_id,
+            &s.id,
+            from,
+            to,
+            cause,
+            at,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(event_from_row(&row)?)
     }
@@ -278,7 +286,6 @@ impl Store {
         }
         Ok(())
     }
-
 }
 
 #[cfg(test)]

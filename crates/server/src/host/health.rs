@@ -205,7 +205,11 @@ impl Host {
         if let Ok(stats) = self.engine.stats(&iid).await {
             live.record_cpu(stats.cpu_ns);
         }
-        let timeout = live.silence.lock().map(|s| s.timeout()).unwrap_or(MAX_TIMEOUT);
+        let timeout = live
+            .silence
+            .lock()
+            .map(|s| s.timeout())
+            .unwrap_or(MAX_TIMEOUT);
         let started = Instant::now();
         let answered = match live.probe_conn(timeout).await {
             Ok(Some(conn)) => {

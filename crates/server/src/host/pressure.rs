@@ -48,7 +48,15 @@ impl Pressure {
                     me.note_lag(Instant::now());
                 }
                 if now_starved != starved {
-                    info!(late_ms = late.as_millis() as u64, "event loop {}", if now_starved { "starved" } else { "on time again" });
+                    info!(
+                        late_ms = late.as_millis() as u64,
+                        "event loop {}",
+                        if now_starved {
+                            "starved"
+                        } else {
+                            "on time again"
+                        }
+                    );
                     starved = now_starved;
                 }
             }
@@ -131,7 +139,9 @@ mod tests {
         assert!(verdict(false, Some(79.9), Some(49.9)).is_none());
         assert!(verdict(true, None, None).unwrap().contains("event loop"));
         assert!(verdict(false, Some(80.0), None).unwrap().contains("CPU"));
-        assert!(verdict(false, Some(10.0), Some(50.0)).unwrap().contains("IO"));
+        assert!(verdict(false, Some(10.0), Some(50.0))
+            .unwrap()
+            .contains("IO"));
     }
 
     #[test]
