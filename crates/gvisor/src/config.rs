@@ -54,7 +54,10 @@ pub const BUILD_CAPABILITIES: &[&str] = &[
 /// process limits change (a checkpoint keeps its processes' rlimits): `m3` made
 /// `RLIMIT_NPROC` follow the memory size ([`nproc_limit`]).
 /// `m4` gave the guest a process reserve above the user limit ([`GUEST_PROCESS_RESERVE`]).
-pub const MOUNT_LAYOUT: &str = "disk-m4";
+/// `m5`: the container's stdout and stderr are a pipe the shim drains (issue 23 finding 3), no
+/// longer the log file; a checkpoint keeps its host file descriptors' kind, so an older image
+/// restored under the new shim had a PID 1 whose stderr writes failed.
+pub const MOUNT_LAYOUT: &str = "disk-m5";
 
 /// Renders the OCI config for `spec`. The cgroup path is relative (`pandastack/<id>`), which
 /// runsc honours on these cgroup-v1 hosts (notes pitfall 12). `netns` is the network namespace
