@@ -212,6 +212,10 @@ fn add_proxy_paths(doc: &mut Value) {
         ("401", "No API key, or an unknown, revoked or expired one."),
         ("404", "No such sandbox in the caller's workspace."),
         (
+            "400",
+            "The path holds a control character; the message names `path`.",
+        ),
+        (
             "409",
             "The sandbox is not running; the message names its state.",
         ),
@@ -242,7 +246,12 @@ fn add_proxy_paths(doc: &mut Value) {
             "parameters": [
                 param("id", "The sandbox id.", json!({"type": "string", "format": "uuid"})),
                 param("port", "A TCP port in the sandbox.", json!({"type": "integer", "minimum": 1, "maximum": 65535})),
-                param("path", "The path to forward (may be empty).", json!({"type": "string"})),
+                param(
+                    "path",
+                    "The path to forward (may be empty). Control characters (below 0x20, 0x7F), raw or \
+                     percent-encoded, are refused with 400 naming `path` (issue 23 finding 12).",
+                    json!({"type": "string", "pattern": "^[^\\u0000-\\u001F\\u007F]*$"}),
+                ),
             ],
             "responses": responses.clone(),
         });
