@@ -93,8 +93,9 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, default=Path("/var/lib/pandastack-ci/server"))
     ap.add_argument("--runs", type=int, default=200, help="requests per row")
     args = ap.parse_args()
-    root = bench_root(args.data_dir, "bench-store")
-    srv = BenchServer(args.bin, args.data_dir / "templates", root, "server", ["--pool-size", "0"], wait_images=False)
+    root = bench_root(args.data_dir, "st")
+    srv = BenchServer(args.bin, args.data_dir / "templates", root, "server", ["--pool-size", "0", "--rate-limit", "100000"],
+                      wait_images=False)
     hogs = 4 * (os.cpu_count() or 1)
     rows = []
     try:
