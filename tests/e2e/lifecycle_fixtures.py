@@ -284,19 +284,27 @@ def _copy_current_template(src_templates: Path, dst_templates: Path, name: str) 
     shutil.copy2(src / "current", dst / "current")
 
 
+def fresh_data_dir(server, prefix: str) -> Path:
+    """A fresh data dir `<prefix>-<pid>` beside the main server's, whose `templates/base` is a
+    copy of the main server's; first scrubs the dirs of this prefix that runs no longer alive
+    left behind (their sandboxes, mounts and files)."""
+    parent = server.data_dir.parent
+    for stale in parent.glob(f"{prefix}-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            scrub_data_dir(stale)
+    data_dir = parent / f"{prefix}-{os.getpid()}"
+    scrub_data_dir(data_dir)
+    (data_dir / "templates").mkdir(parents=True)
+    _copy_current_template(server.data_dir / "templates", data_dir / "templates", "base")
+    return data_dir
+
+
 @pytest.fixture(scope="module")
 def second_server(server):
     """`pandastack server --idle-hibernate-seconds 3 --pool-size 0` on a fresh data dir whose
     `templates/base` is a copy of the main server's (so it can be re-baked on its own)."""
-    parent = server.data_dir.parent
-    for stale in parent.glob("lifecycle-server-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            scrub_data_dir(stale)
-    data_dir = parent / f"lifecycle-server-{os.getpid()}"
-    scrub_data_dir(data_dir)
-    (data_dir / "templates").mkdir(parents=True)
-    _copy_current_template(server.data_dir / "templates", data_dir / "templates", "base")
+    data_dir = fresh_data_dir(server, "lifecycle-server")
     srv = SecondServer(
         server.binary,
         data_dir,

@@ -29,13 +29,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from lifecycle_fixtures import (
-    SecondServer,
-    _copy_current_template,
-    processes_matching,
-    sandbox_process_tree,
-    scrub_data_dir,
-)
+from lifecycle_fixtures import SecondServer, fresh_data_dir, processes_matching, sandbox_process_tree
 
 FAIL_AFTER_S = 20
 SANDBOXES = 10
@@ -43,10 +37,7 @@ SANDBOXES = 10
 
 @pytest.fixture(scope="module")
 def health_server(server):
-    data_dir = server.data_dir.parent / f"health-{os.getpid()}"
-    scrub_data_dir(data_dir)
-    (data_dir / "templates").mkdir(parents=True)
-    _copy_current_template(server.data_dir / "templates", data_dir / "templates", "base")
+    data_dir = fresh_data_dir(server, "health")
     srv = SecondServer(
         server.binary,
         data_dir,
