@@ -407,6 +407,7 @@ phase build 30m bash scripts/build.sh "$DIST" || exit 1
 phase bake 20m "$DIST/pandastack" template-bake base code-interpreter --data-dir "$SERVER_DATA"
 baked=$?
 phase fmt 5m cargo fmt --all -- --check
+phase layout 1m python3 scripts/check_layout.py
 phase clippy 20m cargo clippy --workspace --all-targets -- -D warnings
 if [ $baked -eq 0 ] && phase ci-rootfs 10m link_guest_ci_rootfs; then
   # The guest's kernel tests chroot into this copy; sandbox tests missing a prerequisite fail.
